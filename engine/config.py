@@ -1,0 +1,61 @@
+"""Engine configuration: one slotted dataclass; the live-tunable fields are validated in one place."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from engine.errors import InvalidConfig, UnknownMode
+
+POLICIES = ("static", "continuous", "chunked")
+RUNNERS = ("sync", "async")
+KV_LAYOUTS = ("paged", "reserved")
+DTYPES = ("float32", "bfloat16", "float64")
+
+# What a presenter may change between steps, without reloading the model.
+LIVE_FIELDS = ("policy", "runner", "max_slots", "kv_layout", "kv_blocks", "chunk_budget", "fill_timeout_s")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model: str = "smollm2"  # "smollm2" (bundled GGUF), "tiny" (random, for tests) or a local checkpoint dir
+    dtype: str = "float32"
+    policy: str = "continuous"
+    runner: str = "sync"
+    max_slots: int = 8
+    kv_layout: str = "paged"
+    kv_blocks: int = 1024  # KV budget, in blocks of block_size tokens
+    block_size: int = 16
+    chunk_budget: int = 64  # tokens per step under the chunked policy (decodes included)
+    fill_timeout_s: float = 0.5  # static: how long a partial batch waits to fill before it starts
+    max_model_len: int = 2048
+    max_new_tokens_limit: int = 1024
+    seed: int = 0
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.policy not in POLICIES:
+            raise UnknownMode(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        if self.runner not in RUNNERS:
+            raise UnknownMode(f"unknown runner {self.runner!r}; choose one of {', '.join(RUNNERS)}")
+        if self.kv_layout not in KV_LAYOUTS:
+            raise UnknownMode(f"unknown KV layout {self.kv_layout!r}; choose one of {', '.join(KV_LAYOUTS)}")
+        if self.dtype not in DTYPES:
+            raise UnknownMode(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        for name, lo, hi in (("max_slots", 1, 256), ("kv_blocks", 1, 1 << 20), ("block_size", 1, 1024),
+                             ("chunk_budget", 1, 1 << 16), ("max_model_len", 2, 1 << 17)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                raise InvalidConfig(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        if not isinstance(self.fill_timeout_s, (int, float)) or not 0 <= self.fill_timeout_s <= 3600:
+            raise InvalidConfig(f"fill_timeout_s must be in [0, 3600] seconds, got {self.fill_timeout_s!r}")
+
+    def updated(self, **changes: object) -> "EngineConfig":
+        unknown = set(changes) - set(LIVE_FIELDS)
+        if unknown:
+            raise InvalidConfig(f"cannot change {', '.join(sorted(unknown))} live; live fields: {', '.join(LIVE_FIELDS)}")
+        return replace(self, **changes)
+
+    def live(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in LIVE_FIELDS}

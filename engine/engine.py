@@ -1,0 +1,378 @@
+"""The engine: requests in, one scheduled step at a time, token streams and telemetry out.
+
+``submit``/``cancel``/``reconfigure``/``pause`` are safe to call from any thread; they take
+effect between steps. ``step()`` runs on one thread (the server's engine thread, or the caller).
+"""
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.errors import (EmptyPrompt, FluxoError, InvalidMaxTokens, InvalidSampling, KVBudgetTooSmall,
+                           PromptTooLong, UnknownRequest)
+from engine.model import chat_ids, load_model
+from engine.model_runner import ModelRunner
+from engine.scheduler import ScheduledBatch, Scheduler
+from engine.sequence import Event, SamplingParams, Sequence, Status
+from engine.telemetry import Record, Telemetry
+
+
+class RequestHandle:
+    """The caller's side of a request: a stream of events ending in exactly one done/error."""
+
+    def __init__(self, seq: Sequence) -> None:
+        self.seq = seq
+        self.id = seq.id
+        self._events: queue.Queue[Event] = queue.Queue()
+
+    def _push(self, event: Event) -> None:
+        self._events.put(event)
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            event = self._events.get()
+            yield event
+            if event.kind != "token":
+                return
+
+    @property
+    def done(self) -> bool:
+        return self.seq.status.ended
+
+    @property
+    def token_ids(self) -> list[int]:
+        return list(self.seq.output_ids)
+
+
+@dataclass(slots=True)
+class _Work:
+    batch: ScheduledBatch
+    rows: list[Sequence | None]
+    fb: object
+
+
+class Engine:
+    def __init__(self, config: EngineConfig | None = None, model=None, tokenizer=None,
+                 clock: Callable[[], float] = time.perf_counter, max_telemetry_steps: int | None = None) -> None:
+        self.config = config or EngineConfig()
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+        if model is None:
+            model, tokenizer = load_model(self.config.model, self.config.dtype, self.config.seed)
+        self.model, self.tokenizer = model, tokenizer
+        limit = getattr(model.config, "max_position_embeddings", self.config.max_model_len)
+        self.config.max_model_len = min(self.config.max_model_len, limit)
+        self.eos_ids = self._eos_ids()
+        self.blocks = BlockManager(self.config.kv_blocks, self.config.block_size)
+        self.scheduler = Scheduler(self.config, self.blocks)
+        self.runner = ModelRunner(model, self.config)
+        self.telemetry = Telemetry(max_telemetry_steps)
+        self._clock = clock
+        self._t0 = clock()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._incoming: list[Sequence] = []
+        self._cancels: list[int] = []
+        self._changes: list[dict] = []
+        self._live: dict[int, Sequence] = {}
+        self.step_count = 0
+        self.paused = False
+
+    def _eos_ids(self) -> set[int]:
+        eos = getattr(self.model.generation_config, "eos_token_id", None) or self.tokenizer.eos_token_id
+        return set(eos) if isinstance(eos, (list, tuple)) else {eos}
+
+    def now(self) -> float:
+        return self._clock() - self._t0
+
+    # -- requests ----------------------------------------------------------------------------
+    def encode(self, messages: list[dict] | None = None, prompt: str | None = None) -> list[int]:
+        if messages is not None:
+            if not messages or not all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in messages):
+                raise EmptyPrompt("messages must be a non-empty list of {role, content} objects")
+            if not any(m["content"].strip() for m in messages):
+                raise EmptyPrompt("the chat messages are empty")
+            return chat_ids(self.tokenizer, messages)
+        if prompt is None or not prompt.strip():
+            raise EmptyPrompt("the prompt is empty")
+        return chat_ids(self.tokenizer, [{"role": "user", "content": prompt}])
+
+    def submit(self, messages: list[dict] | None = None, prompt: str | None = None, token_ids: list[int] | None = None,
+               max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
+               ignore_eos: bool = False, client: str = "", sink: Callable[[Event], None] | None = None) -> RequestHandle:
+        """Queue a request; raises a :class:`FluxoError` (with a ``code``) if it can never run."""
+        if token_ids is None:
+            token_ids = self.encode(messages, prompt)
+        elif not token_ids:
+            raise EmptyPrompt("the prompt has no tokens")
+        vocab = self.model.config.vocab_size
+        if not all(isinstance(t, int) and 0 <= t < vocab for t in token_ids):
+            raise EmptyPrompt(f"token ids must be integers in [0, {vocab})")
+        params = self._check_params(len(token_ids), max_new_tokens, temperature, top_p, seed)
+        params.ignore_eos = bool(ignore_eos)
+        seq = Sequence(prompt_ids=list(token_ids), params=params, client=client, arrival=self.now())
+        handle = RequestHandle(seq)
+
+        def deliver(event: Event) -> None:
+            handle._push(event)
+            if sink is not None:
+                sink(event)
+
+        seq.sink = deliver
+        with self._lock:
+            self._incoming.append(seq)
+        self._wake.set()
+        return handle
+
+    def _check_params(self, n_prompt: int, max_new: object, temperature: object, top_p: object, seed: object) -> SamplingParams:
+        cfg = self.config
+        if n_prompt >= cfg.max_model_len:
+            raise PromptTooLong(f"the prompt has {n_prompt} tokens; the context holds {cfg.max_model_len}")
+        if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new <= 0:
+            raise InvalidMaxTokens(f"max_new_tokens must be a positive integer, got {max_new!r}")
+        if max_new > cfg.max_new_tokens_limit:
+            raise InvalidMaxTokens(f"max_new_tokens {max_new} is over this engine's limit of {cfg.max_new_tokens_limit}")
+        if n_prompt + max_new > cfg.max_model_len:
+            raise InvalidMaxTokens(f"prompt ({n_prompt}) + max_new_tokens ({max_new}) exceeds the context of {cfg.max_model_len}")
+        if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or not 0 <= temperature <= 10:
+            raise InvalidSampling(f"temperature must be in [0, 10], got {temperature!r}")
+        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise InvalidSampling(f"top_p must be in (0, 1], got {top_p!r}")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise InvalidSampling(f"seed must be an integer, got {seed!r}")
+        need = self.blocks.blocks_for(n_prompt + max_new)
+        if need > cfg.kv_blocks:
+            raise KVBudgetTooSmall(f"this request needs {need} KV blocks at full length; the budget is {cfg.kv_blocks}")
+        return SamplingParams(max_new_tokens=max_new, temperature=float(temperature), top_p=float(top_p), seed=seed)
+
+    def cancel(self, request_id: int) -> None:
+        with self._lock:
+            self._cancels.append(request_id)
+        self._wake.set()
+
+    def cancel_client(self, client: str) -> int:
+        with self._lock:
+            ids = [s.id for s in list(self._live.values()) + self._incoming if s.client == client]
+            self._cancels.extend(ids)
+        self._wake.set()
+        return len(ids)
+
+    # -- control -----------------------------------------------------------------------------
+    def reconfigure(self, **changes: object) -> EngineConfig:
+        """Validate now, apply between steps; returns the config as it will be."""
+        new = self.config.updated(**changes)
+        with self._lock:
+            self._changes.append(changes)
+        self._wake.set()
+        return new
+
+    def pause(self) -> None:
+        self.paused = True
+        self.telemetry.event(self.now(), "pause")
+
+    def resume(self) -> None:
+        self.paused = False
+        self.telemetry.event(self.now(), "resume")
+        self._wake.set()
+
+    def has_work(self) -> bool:
+        with self._lock:
+            pending = bool(self._incoming or self._cancels or self._changes)
+        return pending or bool(self.scheduler.waiting or self.scheduler.running)
+
+    # -- between steps -----------------------------------------------------------------------
+    def _drain_inbox(self) -> None:
+        with self._lock:
+            incoming, self._incoming = self._incoming, []
+            cancels, self._cancels = self._cancels, []
+            changes, self._changes = self._changes, []
+        for seq in incoming:
+            self._live[seq.id] = seq
+            self.scheduler.add(seq)
+            self.telemetry.update_request(seq)
+        for rid in cancels:
+            seq = self._live.get(rid)
+            if seq is not None:
+                self._end(seq, Status.CANCELLED)
+        for change in changes:
+            self._apply(change)
+
+    def _apply(self, changes: dict) -> None:
+        old = self.config.live()
+        new = self.config.updated(**changes)
+        for name in changes:
+            setattr(self.config, name, getattr(new, name))
+        if "kv_blocks" in changes:
+            self.runner.ensure_capacity(new.kv_blocks)
+            self.blocks.set_budget(new.kv_blocks)
+            for seq in list(self._live.values()):  # a request that can no longer ever fit fails now
+                need = self.blocks.blocks_for(len(seq.prompt_ids) + seq.params.max_new_tokens)
+                if need > new.kv_blocks:
+                    self._end(seq, Status.FAILED, KVBudgetTooSmall(f"the KV budget shrank to {new.kv_blocks} blocks; this request needs {need}"))
+        if changes.get("policy", old["policy"]) != old["policy"]:
+            self.scheduler.on_policy_change(old["policy"], new.policy)
+        diff = {k: v for k, v in changes.items() if old.get(k) != v}
+        if diff:
+            self.telemetry.event(self.now(), "reconfigure", changes=diff)
+
+    def _end(self, seq: Sequence, status: Status, error: FluxoError | None = None) -> None:
+        """The one place a request ends: it happens exactly once."""
+        if seq.status.ended:
+            return
+        seq.status = status
+        seq.finished = self.now()
+        if error is not None:
+            seq.error, seq.error_code = error.message, error.code
+        self.scheduler.release(seq)
+        self._live.pop(seq.id, None)
+        self._ended_this_step.append(seq.id)
+        self.telemetry.update_request(seq)
+        if status is Status.FAILED:
+            seq.emit(Event("error", seq.id, status=status.value, error_code=seq.error_code, error=seq.error))
+        else:
+            seq.emit(Event("done", seq.id, status=status.value))
+
+    _ended_this_step: list[int] = []
+
+    # -- one step ----------------------------------------------------------------------------
+    def step(self) -> Record | None:
+        """Run one engine step; returns its telemetry record, or None when there was nothing to run."""
+        t_start = self.now()
+        self._ended_this_step = []
+        self._drain_inbox()
+        batch = self.scheduler.schedule(t_start)
+        if not batch:
+            if self._ended_this_step:
+                self.telemetry.take_events()
+            return None
+        spans: list[dict] = []
+        for seq in batch.admitted:
+            seq.admitted = seq.admitted if seq.admitted is not None else t_start
+            self.telemetry.update_request(seq)
+        fb, rows = self.runner.build(batch)
+        t1 = self.now()
+        spans.append({"lane": "cpu_prepare", "start": t_start, "end": t1})
+        logits = self.runner.forward(fb)
+        t2 = self.now()
+        spans.append({"lane": "compute", "start": t1, "end": t2})
+        tokens = self.runner.sample(logits, rows, self.config.seed)
+        t3 = self.now()
+        spans.append({"lane": "d2h", "start": t2, "end": t3})
+        self._update(batch, rows, tokens, t3)
+        t_end = self.now()
+        spans.append({"lane": "cpu_update", "start": t3, "end": t_end})
+        return self._record(batch, spans, t_start, t_end)
+
+    def _update(self, batch: ScheduledBatch, rows: list[Sequence | None], tokens: list[int | None], t: float) -> None:
+        for seq, n in batch.items:
+            seq.num_cached += n
+        for seq, tok in zip(rows, tokens):
+            if seq is None or seq.status.ended or seq.status is not Status.RUNNING:
+                continue
+            seq.output_ids.append(tok)
+            seq.token_times.append(t)
+            if seq.first_token is None:
+                seq.first_token = t
+            seq.emit(Event("token", seq.id, token_id=tok, text=self._detokenize(seq)))
+            if (tok in self.eos_ids and not seq.params.ignore_eos) or len(seq.output_ids) >= seq.params.max_new_tokens:
+                self._end(seq, Status.FINISHED)
+
+    def _detokenize(self, seq: Sequence) -> str:
+        """Text added by the newest token; holds back bytes of a character not yet complete."""
+        ids = seq.output_ids
+        prev = self.tokenizer.decode(ids[seq.prefix_offset:seq.read_offset], skip_special_tokens=True)
+        new = self.tokenizer.decode(ids[seq.prefix_offset:], skip_special_tokens=True)
+        if new.endswith("\ufffd"):
+            return ""
+        seq.prefix_offset, seq.read_offset = seq.read_offset, len(ids)
+        return new[len(prev):]
+
+    def _record(self, batch: ScheduledBatch, spans: list[dict], t_start: float, t_end: float) -> Record:
+        self.step_count += 1
+        scheduled = {s.id: n for s, n in batch.items}
+        by_slot = {s.slot: s for s in self.scheduler.running}
+        for s in batch.dead:
+            by_slot.setdefault(s.slot, s)
+        width = max([self.config.max_slots] + [k + 1 for k in by_slot if k is not None])
+        slots = []
+        prefill_tokens = decode_tokens = 0
+        for i in range(width):
+            seq = by_slot.get(i)
+            if seq is None:
+                slots.append({"slot": i, "request": None, "phase": "idle", "tokens": 0})
+                continue
+            n = scheduled.get(seq.id, 0)
+            if seq.dead:
+                phase, n = "dead", 1
+            elif n == 1 and seq.num_cached > len(seq.prompt_ids):
+                phase = "decode"
+            else:
+                phase = "prefill" if (n > 1 or seq.num_cached <= len(seq.prompt_ids)) and n else "decode"
+            if phase == "prefill":
+                prefill_tokens += n
+            elif phase == "decode":
+                decode_tokens += n
+            slots.append({"slot": i, "request": seq.id, "phase": phase, "tokens": n})
+        holders = self.scheduler.running
+        record: Record = {
+            "step": self.step_count,
+            "t_start": t_start,
+            "t_end": t_end,
+            "policy": self.config.policy,
+            "runner": self.config.runner,
+            "slots": slots,
+            "admitted": [s.id for s in batch.admitted],
+            "finished": list(self._ended_this_step),
+            "preempted": [s.id for s in batch.preempted],
+            "queue_len": len(self.scheduler.waiting),
+            "kv": {
+                "blocks_total": self.blocks.budget,
+                "blocks_used": self.blocks.num_used,
+                "tokens_stored": sum(s.num_cached for s in holders),
+                "tokens_allocated": self.blocks.num_used * self.config.block_size,
+            },
+            "tokens": {"prefill": prefill_tokens, "decode": decode_tokens, "dead": len(batch.dead)},
+            "spans": spans,
+            "events": self.telemetry.take_events(),
+        }
+        self.telemetry.add_step(record)
+        return record
+
+    # -- drivers -----------------------------------------------------------------------------
+    def run_until_idle(self, max_steps: int = 1_000_000) -> int:
+        """Step until nothing is queued or running (waiting out a static batch's fill timeout)."""
+        steps = 0
+        while self.has_work() and steps < max_steps:
+            if self.step() is None:
+                time.sleep(0.002)
+            else:
+                steps += 1
+        return steps
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """The server's engine thread: step while there is work and the engine is not paused."""
+        while not stop.is_set():
+            if self.paused or not self.has_work():
+                self._wake.wait(0.05)
+                self._wake.clear()
+                continue
+            if self.step() is None:
+                self._wake.wait(0.005)
+                self._wake.clear()
+
+    def live_requests(self) -> list[Sequence]:
+        return list(self._live.values())
+
+    def get(self, request_id: int) -> Sequence:
+        seq = self._live.get(request_id)
+        if seq is None:
+            raise UnknownRequest(f"no live request {request_id}")
+        return seq

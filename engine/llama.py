@@ -1,0 +1,118 @@
+"""Fluxo's own forward for Llama-family models over a flat, ragged batch and a paged KV cache.
+
+The weights and the small per-token modules (projections, norms, MLP, rotary table) are the
+transformers model's own, so numerics match it; what is ours is the batch layout and attention:
+every scheduled token of every sequence sits in one flat ``[T, hidden]`` tensor, K/V are written
+into the paged cache by slot index, and attention reads back through those slots.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from kernels.attention import decode_attention, prefill_attention
+
+
+@dataclass(slots=True)
+class PrefillSpan:
+    start: int  # offset of the sequence's new tokens in the flat batch
+    end: int
+    q_start: int  # absolute position of its first new token (= tokens already cached)
+    ctx_slots: torch.Tensor  # [q_start + (end - start)] cache slots of the whole context
+
+
+@dataclass(slots=True)
+class ForwardBatch:
+    """Flat batch: decode tokens first (one per sequence), then each prefill's tokens."""
+
+    input_ids: torch.Tensor  # [T]
+    positions: torch.Tensor  # [T]
+    write_slots: torch.Tensor  # [T] where each token's K/V goes
+    num_decode: int
+    decode_slots: torch.Tensor | None  # [B, L] padded context slots of the decode rows
+    decode_mask: torch.Tensor | None  # [B, 1, 1, L]
+    prefills: list[PrefillSpan] = field(default_factory=list)
+    logits_rows: torch.Tensor | None = None  # rows of the flat batch whose next token is sampled
+
+
+class KVCache:
+    """Per layer, one flat K and one flat V tensor of ``[slots, kv_heads, head_dim]``."""
+
+    def __init__(self, layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
+        self.block_size = block_size
+        self.num_blocks = num_blocks  # the last block is scratch space for static dead slots
+        shape = (layers, num_blocks * block_size, kv_heads, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype)
+        self.v = torch.zeros(shape, dtype=dtype)
+
+    @property
+    def scratch_slot(self) -> int:
+        return (self.num_blocks - 1) * self.block_size
+
+    def resized(self, num_blocks: int) -> "KVCache":
+        """A bigger cache holding the same contents at the same slots (used when the budget grows)."""
+        layers, _, kvh, d = self.k.shape
+        new = KVCache(layers, num_blocks, self.block_size, kvh, d, self.k.dtype)
+        n = (self.num_blocks - 1) * self.block_size
+        new.k[:, :n] = self.k[:, :n]
+        new.v[:, :n] = self.v[:, :n]
+        return new
+
+
+class LlamaForward:
+    def __init__(self, hf_model, max_len: int) -> None:
+        cfg = hf_model.config
+        self.model = hf_model
+        self.layers = hf_model.model.layers
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.scale = self.head_dim ** -0.5
+        self.dtype = next(hf_model.parameters()).dtype
+        # The rotary table from the model's own module, once: identical numbers, no per-step cost.
+        probe = torch.zeros(1, dtype=self.dtype)
+        cos, sin = hf_model.model.rotary_emb(probe, torch.arange(max_len)[None])
+        self.cos, self.sin = cos[0], sin[0]
+
+    def new_cache(self, num_blocks: int, block_size: int) -> KVCache:
+        return KVCache(len(self.layers), num_blocks, block_size, self.num_kv_heads, self.head_dim, self.dtype)
+
+    @staticmethod
+    def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
+        """Returns logits ``[len(batch.logits_rows), vocab]``."""
+        t = batch.input_ids.shape[0]
+        h = self.model.model.embed_tokens(batch.input_ids)
+        cos = self.cos[batch.positions][:, None, :]
+        sin = self.sin[batch.positions][:, None, :]
+        nd = batch.num_decode
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = attn.q_proj(x).view(t, self.num_heads, self.head_dim)
+            k = attn.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+            v = attn.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+            q = q * cos + self._rotate_half(q) * sin
+            k = k * cos + self._rotate_half(k) * sin
+            kc, vc = cache.k[i], cache.v[i]
+            kc.index_copy_(0, batch.write_slots, k)
+            vc.index_copy_(0, batch.write_slots, v)
+            if not batch.prefills:
+                o = decode_attention(q, kc, vc, batch.decode_slots, batch.decode_mask, self.scale)
+            else:
+                parts = []
+                if nd:
+                    parts.append(decode_attention(q[:nd], kc, vc, batch.decode_slots, batch.decode_mask, self.scale))
+                for p in batch.prefills:
+                    parts.append(prefill_attention(q[p.start:p.end], kc, vc, p.ctx_slots, p.q_start, self.scale,
+                                                   k[p.start:p.end], v[p.start:p.end]))
+                o = torch.cat(parts) if len(parts) > 1 else parts[0]
+            h = h + attn.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        h = self.model.model.norm(h[batch.logits_rows])
+        return self.model.lm_head(h)

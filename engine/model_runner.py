@@ -1,0 +1,89 @@
+"""Turns a scheduled batch into the flat tensors of one forward, runs it, and samples."""
+from __future__ import annotations
+
+import torch
+
+from engine.config import EngineConfig
+from engine.llama import ForwardBatch, KVCache, LlamaForward, PrefillSpan
+from engine.sampler import sample
+from engine.scheduler import ScheduledBatch
+from engine.sequence import Sequence
+from kernels.attention import decode_mask, slots_from_block_tables
+
+
+class ModelRunner:
+    def __init__(self, hf_model, config: EngineConfig) -> None:
+        self.config = config
+        self.block_size = config.block_size
+        self.forward_impl = LlamaForward(hf_model, config.max_model_len + 1)
+        # One block past the budget is scratch: static dead slots write their K/V there.
+        self.cache: KVCache = self.forward_impl.new_cache(config.kv_blocks + 1, config.block_size)
+
+    def ensure_capacity(self, blocks: int) -> None:
+        if blocks + 1 > self.cache.num_blocks:
+            self.cache = self.cache.resized(blocks + 1)
+
+    def _slot(self, seq: Sequence, pos: int) -> int:
+        return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
+
+    def build(self, batch: ScheduledBatch) -> tuple[ForwardBatch, list[Sequence]]:
+        """Returns the forward inputs and, row by row of the logits, the sequence each belongs to
+        (``None`` for dead slots, whose logits are computed and thrown away)."""
+        decode = [s for s, n in batch.items if n == 1]
+        rows: list[Sequence | None] = list(decode) + [None] * len(batch.dead)
+        dec_all = decode + batch.dead
+        ids: list[int] = [s.token_at(s.num_cached) if s.num_cached < s.num_tokens else s.output_ids[-1] for s in dec_all]
+        pos: list[int] = [s.num_cached for s in dec_all]
+        write: list[int] = [self._slot(s, s.num_cached) for s in decode] + [self.cache.scratch_slot] * len(batch.dead)
+        decode_slots = mask = None
+        if dec_all:
+            width = max(len(s.block_table) for s in dec_all)
+            tables = torch.tensor([s.block_table + [0] * (width - len(s.block_table)) for s in dec_all], dtype=torch.long)
+            lens = torch.tensor([p + 1 for p in pos], dtype=torch.long)
+            decode_slots = slots_from_block_tables(tables, lens, self.block_size)
+            if batch.dead:  # a dead slot's new K/V went to scratch; its query must read it there
+                nd = len(decode)
+                decode_slots[torch.arange(nd, len(dec_all)), lens[nd:] - 1] = self.cache.scratch_slot
+            mask = decode_mask(lens, decode_slots.shape[1])
+        prefills: list[PrefillSpan] = []
+        logit_rows = list(range(len(dec_all)))
+        offset = len(dec_all)
+        for seq, n in batch.items:
+            if n == 1:
+                continue
+            start = seq.num_cached
+            table = torch.tensor(seq.block_table, dtype=torch.long)
+            p = torch.arange(start + n)
+            ctx = table[p // self.block_size] * self.block_size + p % self.block_size
+            ids.extend(seq.tokens(start, start + n))
+            pos.extend(range(start, start + n))
+            write.extend(ctx[start:].tolist())
+            prefills.append(PrefillSpan(offset, offset + n, start, ctx))
+            offset += n
+            if start + n == seq.num_tokens:  # the prompt is complete: its last row gives a token
+                logit_rows.append(offset - 1)
+                rows.append(seq)
+        fb = ForwardBatch(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            positions=torch.tensor(pos, dtype=torch.long),
+            write_slots=torch.tensor(write, dtype=torch.long),
+            num_decode=len(dec_all),
+            decode_slots=decode_slots,
+            decode_mask=mask,
+            prefills=prefills,
+            logits_rows=torch.tensor(logit_rows, dtype=torch.long),
+        )
+        return fb, rows
+
+    def forward(self, fb: ForwardBatch) -> torch.Tensor:
+        return self.forward_impl.forward(fb, self.cache)
+
+    def sample(self, logits: torch.Tensor, rows: list[Sequence | None], seed: int) -> list[int | None]:
+        live = [i for i, s in enumerate(rows) if s is not None]
+        if not live:
+            return [None] * len(rows)
+        picked = sample(logits[live], [rows[i] for i in live], seed).tolist()
+        out: list[int | None] = [None] * len(rows)
+        for i, tok in zip(live, picked):
+            out[i] = tok
+        return out

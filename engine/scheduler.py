@@ -1,0 +1,161 @@
+"""Who runs this step, and how many tokens each computes: the three policies.
+
+- static: a batch forms when ``max_slots`` requests wait (or the oldest waited ``fill_timeout_s``)
+  and then runs until every member ends; ended members stay as dead slots, computed and holding KV.
+- continuous: every step, ended sequences leave and waiting ones enter while a slot and KV are
+  free; a new prompt is prefilled whole.
+- chunked: as continuous under a per-step token budget; running decodes first, prefill chunks after.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.sequence import Sequence, Status
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    items: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, new tokens this step)
+    dead: list[Sequence] = field(default_factory=list)
+    admitted: list[Sequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for _, n in self.items) + len(self.dead)
+
+    def __bool__(self) -> bool:
+        return bool(self.items or self.dead)
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, blocks: BlockManager) -> None:
+        self.config = config
+        self.blocks = blocks
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admission order; includes static dead slots
+        self.batch_open = False  # static: a batch is in flight
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def release(self, seq: Sequence) -> None:
+        """``seq`` stopped generating: leave now, or stay dead until the static batch closes."""
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+            return
+        if self.config.policy == "static" and self.batch_open:
+            seq.dead = True
+            return
+        self._drop(seq)
+
+    def _drop(self, seq: Sequence) -> None:
+        self.blocks.release(seq)
+        self.running.remove(seq)
+        seq.slot = None
+
+    def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
+        self._drop(seq)
+        seq.num_cached = 0
+        seq.status = Status.PREEMPTED
+        seq.preemptions += 1
+        self.waiting.appendleft(seq)
+        batch.preempted.append(seq)
+
+    def on_policy_change(self, old: str, new: str) -> None:
+        if new == "static":
+            self.batch_open = bool(self.running)  # what runs now is the batch in flight
+        elif old == "static":
+            for seq in [s for s in self.running if s.dead]:
+                self._drop(seq)
+            self.batch_open = False
+
+    def live(self) -> list[Sequence]:
+        return [s for s in self.running if not s.dead]
+
+    # -- one step --------------------------------------------------------------------------
+    def schedule(self, now: float) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        if self.config.policy == "static":
+            self._schedule_static(batch, now)
+        else:
+            budget = self.config.chunk_budget if self.config.policy == "chunked" else None
+            self._schedule_flowing(batch, budget)
+        return batch
+
+    def _grow_or_preempt(self, seq: Sequence, target: int, batch: ScheduledBatch) -> bool:
+        """Make room for ``seq`` to hold ``target`` tokens, preempting the newest running sequences."""
+        while not self.blocks.can_grow(seq, target):
+            victims = [s for s in self.live() if s is not seq and s not in (i[0] for i in batch.items)]
+            victim = victims[-1] if victims else seq
+            self._preempt(victim, batch)
+            if victim is seq:
+                return False
+        self.blocks.grow(seq, target)
+        return True
+
+    def _admit_target(self, seq: Sequence, first_chunk: int) -> int:
+        if self.config.kv_layout == "reserved":
+            return len(seq.prompt_ids) + seq.params.max_new_tokens
+        return seq.num_cached + first_chunk
+
+    def _free_slot(self) -> int:
+        taken = {s.slot for s in self.running}
+        return next(i for i in range(len(self.running) + 1) if i not in taken)
+
+    def _admit(self, batch: ScheduledBatch, chunk: int | None) -> bool:
+        """Try to admit the head of the queue with ``chunk`` prefill tokens (None = all of them)."""
+        seq = self.waiting[0]
+        n = seq.pending if chunk is None else min(chunk, seq.pending)
+        if not self.blocks.can_grow(seq, self._admit_target(seq, n)):
+            return False
+        self.waiting.popleft()
+        self.blocks.grow(seq, self._admit_target(seq, n))
+        seq.slot = self._free_slot()
+        seq.status = Status.RUNNING
+        self.running.append(seq)
+        batch.admitted.append(seq)
+        batch.items.append((seq, n))
+        return True
+
+    def _schedule_flowing(self, batch: ScheduledBatch, budget: int | None) -> None:
+        left = budget if budget is not None else 1 << 30
+        # Running sequences first (decodes before prefill chunks), so admission never starves them.
+        for seq in sorted(self.live(), key=lambda s: s.pending > 1):
+            if seq not in self.running or left <= 0:
+                continue
+            n = min(seq.pending, left)
+            if self._grow_or_preempt(seq, seq.num_cached + n, batch):
+                batch.items.append((seq, n))
+                left -= n
+        if batch.preempted:
+            return  # the pool is dry: admitting now would only preempt again
+        while self.waiting and len(self.running) < self.config.max_slots and left > 0:
+            if not self._admit(batch, left if budget is not None else None):
+                break
+            left -= batch.items[-1][1]
+
+    def _schedule_static(self, batch: ScheduledBatch, now: float) -> None:
+        if self.batch_open and not self.live():
+            for seq in list(self.running):  # the whole batch ended: it closes, all KV comes back
+                self._drop(seq)
+            self.batch_open = False
+        if not self.batch_open:
+            ready = len(self.waiting) >= self.config.max_slots or (
+                self.waiting and now - self.waiting[0].arrival >= self.config.fill_timeout_s)
+            if not ready:
+                return
+            while self.waiting and len(self.running) < self.config.max_slots and self._admit(batch, None):
+                pass
+            self.batch_open = bool(self.running)
+            return
+        for seq in self.live():
+            if seq not in self.running:
+                continue
+            if self._grow_or_preempt(seq, seq.num_cached + seq.pending, batch):
+                batch.items.append((seq, seq.pending))
+        batch.dead = [s for s in self.running if s.dead]

@@ -1,0 +1,102 @@
+"""A request as the engine sees it: its tokens, KV blocks, sampling rules and lifecycle."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable
+
+
+class Status(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PREEMPTED = "preempted"  # sent back to the queue; its KV will be recomputed
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def ended(self) -> bool:
+        return self in (Status.FINISHED, Status.CANCELLED, Status.FAILED)
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False
+
+
+@dataclass(slots=True)
+class Event:
+    """What a request's stream receives: ``token`` events, then exactly one ``done`` or ``error``."""
+
+    kind: str  # "token" | "done" | "error"
+    request: int
+    token_id: int | None = None
+    text: str = ""
+    status: str | None = None
+    error_code: str | None = None
+    error: str | None = None
+
+
+_ids = itertools.count(1)
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    prompt_ids: list[int]
+    params: SamplingParams
+    client: str = ""
+    id: int = field(default_factory=lambda: next(_ids))
+    output_ids: list[int] = field(default_factory=list)
+    status: Status = Status.QUEUED
+    block_table: list[int] = field(default_factory=list)
+    num_cached: int = 0  # tokens whose K/V are in the cache
+    slot: int | None = None
+    dead: bool = False  # finished inside a static batch that has not closed yet
+    arrival: float = 0.0
+    admitted: float | None = None
+    first_token: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished: float | None = None
+    error: str | None = None
+    error_code: str | None = None
+    preemptions: int = 0
+    end_status: Status | None = None  # set when generation stops; applied when the slot is released
+    sink: Callable[[Event], None] | None = None
+    generator: object = None  # torch.Generator for seeded sampling, created lazily
+    # incremental detokenization offsets
+    prefix_offset: int = 0
+    read_offset: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def pending(self) -> int:
+        """Tokens not yet in the KV cache: the rest of the prompt while prefilling, 1 while decoding."""
+        return self.num_tokens - self.num_cached
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.pending > 1 or not self.output_ids and self.pending == 1 and self.num_cached < len(self.prompt_ids)
+
+    def token_at(self, i: int) -> int:
+        n = len(self.prompt_ids)
+        return self.prompt_ids[i] if i < n else self.output_ids[i - n]
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        n = len(self.prompt_ids)
+        if end <= n:
+            return self.prompt_ids[start:end]
+        if start >= n:
+            return self.output_ids[start - n:end - n]
+        return self.prompt_ids[start:] + self.output_ids[: end - n]
+
+    def emit(self, event: Event) -> None:
+        if self.sink is not None:
+            self.sink(event)

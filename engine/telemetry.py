@@ -1,0 +1,108 @@
+"""Telemetry: one record per step and one per request, as the design's contract says, plus exports.
+
+Records are plain JSON-ready dicts built once, where the fact happens; the server, the page and
+the benchmarks all read these same records (derived numbers live in ``engine.metrics``).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.sequence import Sequence
+
+Record = dict[str, Any]
+LANES = ("cpu_prepare", "h2d", "compute", "d2h", "cpu_update")
+
+
+def request_record(seq: Sequence) -> Record:
+    return {
+        "id": seq.id,
+        "client": seq.client,
+        "prompt_tokens": len(seq.prompt_ids),
+        "output_tokens": len(seq.output_ids),
+        "arrival": seq.arrival,
+        "admitted": seq.admitted,
+        "first_token": seq.first_token,
+        "token_times": list(seq.token_times),
+        "finished": seq.finished,
+        "status": seq.status.value,
+        "error": seq.error,
+        "preemptions": seq.preemptions,
+    }
+
+
+class Telemetry:
+    def __init__(self, max_steps: int | None = None) -> None:
+        self.steps: deque[Record] = deque(maxlen=max_steps)
+        self.requests: dict[int, Record] = {}
+        self._events: list[Record] = []
+        self._listeners: list[Callable[[str, Record], None]] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, fn: Callable[[str, Record], None]) -> Callable[[], None]:
+        self._listeners.append(fn)
+        return lambda: self._listeners.remove(fn) if fn in self._listeners else None
+
+    def event(self, t: float, kind: str, **data: Any) -> None:
+        """Mode switches, pauses...: attached to the next step record."""
+        with self._lock:
+            self._events.append({"t": t, "kind": kind, **data})
+
+    def take_events(self) -> list[Record]:
+        with self._lock:
+            events, self._events = self._events, []
+        return events
+
+    def add_step(self, record: Record) -> None:
+        self.steps.append(record)
+        for fn in list(self._listeners):
+            fn("step", record)
+
+    def update_request(self, seq: Sequence) -> None:
+        record = request_record(seq)
+        self.requests[seq.id] = record
+        for fn in list(self._listeners):
+            fn("request", record)
+
+    def clear(self) -> None:
+        self.steps.clear()
+        self.requests.clear()
+
+    # -- exports ---------------------------------------------------------------------------
+    def to_jsonl(self, path: str | Path) -> None:
+        with open(path, "w") as f:
+            for rec in self.steps:
+                f.write(json.dumps({"type": "step", **rec}) + "\n")
+            for rec in self.requests.values():
+                f.write(json.dumps({"type": "request", **rec}) + "\n")
+
+    def chrome_trace(self) -> Record:
+        """Chrome-trace / Perfetto JSON: one track per lane, one per request (queued, prefill, decode)."""
+        us = 1e6
+        events: list[Record] = [
+            {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "engine lanes"}},
+            {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "requests"}},
+        ]
+        for tid, lane in enumerate(LANES):
+            events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name", "args": {"name": lane}})
+        for rec in self.steps:
+            for span in rec["spans"]:
+                events.append({"ph": "X", "pid": 1, "tid": LANES.index(span["lane"]), "name": f"{span['lane']} #{rec['step']}",
+                               "ts": span["start"] * us, "dur": max(0.0, span["end"] - span["start"]) * us,
+                               "args": {"step": rec["step"], "policy": rec["policy"]}})
+            for ev in rec["events"]:
+                events.append({"ph": "i", "pid": 1, "tid": 0, "s": "g", "name": ev["kind"], "ts": ev["t"] * us, "args": ev})
+        for req in self.requests.values():
+            phases = (("queued", req["arrival"], req["admitted"]), ("prefill", req["admitted"], req["first_token"]),
+                      ("decode", req["first_token"], req["finished"]))
+            events.append({"ph": "M", "pid": 2, "tid": req["id"], "name": "thread_name", "args": {"name": f"request {req['id']}"}})
+            for name, a, b in phases:
+                if a is not None and b is not None:
+                    events.append({"ph": "X", "pid": 2, "tid": req["id"], "name": name, "ts": a * us, "dur": (b - a) * us})
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def to_chrome_trace(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.chrome_trace()))

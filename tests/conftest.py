@@ -1,0 +1,35 @@
+"""Shared fixtures: the tiny float64 model (exact arithmetic) and SmolLM2 (the real one), each loaded once."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.config import EngineConfig  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.model import load_model, tiny_llama  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    return tiny_llama(seed=0)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    return load_model("smollm2", "float32")
+
+
+@pytest.fixture
+def make_tiny_engine(tiny):
+    model, tok = tiny
+
+    def make(**overrides) -> Engine:
+        cfg = dict(model="tiny", dtype="float64", max_slots=4, kv_blocks=64, block_size=4, chunk_budget=8, fill_timeout_s=0.0)
+        cfg.update(overrides)
+        return Engine(EngineConfig(**cfg), model=model, tokenizer=tok)
+
+    return make
