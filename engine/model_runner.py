@@ -30,7 +30,9 @@ class ModelRunner:
         """Returns the forward inputs and, row by row of the logits, the sequence each belongs to
         (``None`` for dead slots, whose logits are computed and thrown away)."""
         decode = [s for s, n in batch.items if n == 1]
-        rows: list[Sequence | None] = list(decode) + [None] * len(batch.dead)
+        # A one-token prefill chunk rides with the decodes but must not sample until its prompt is whole.
+        rows: list[Sequence | None] = [s if s.num_cached + 1 == s.num_tokens else None for s in decode]
+        rows += [None] * len(batch.dead)
         dec_all = decode + batch.dead
         ids: list[int] = [s.token_at(s.num_cached) if s.num_cached < s.num_tokens else s.output_ids[-1] for s in dec_all]
         pos: list[int] = [s.num_cached for s in dec_all]
