@@ -9,7 +9,8 @@ import math
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
@@ -19,9 +20,10 @@ from engine.config import EngineConfig
 from engine.errors import (EmptyPrompt, FluxoError, InvalidMaxTokens, InvalidSampling, KVBudgetTooSmall,
                            PromptTooLong, UnknownRequest)
 from engine.model import chat_ids, load_model
+from engine.llama import ForwardBatch
 from engine.model_runner import ModelRunner
 from engine.scheduler import ScheduledBatch, Scheduler
-from engine.sequence import Event, SamplingParams, Sequence, Status
+from engine.sequence import PLACEHOLDER, Event, SamplingParams, Sequence, Status
 from engine.telemetry import Record, Telemetry
 
 
@@ -52,11 +54,21 @@ class RequestHandle:
         return list(self.seq.output_ids)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Work:
+    """One step on its way through prepare -> execute -> finish."""
+
     batch: ScheduledBatch
     rows: list[Sequence | None]
-    fb: object
+    fb: ForwardBatch
+    t_start: float
+    slots: list[dict] = field(default_factory=list)
+    kv: dict = field(default_factory=dict)
+    spans: list[dict] = field(default_factory=list)
+    outputs: list[tuple[int, Sequence, int]] = field(default_factory=list)  # (row, sequence, output index)
+    future: Future | None = None
+    result: tuple | None = None
+    tokens: torch.Tensor | None = None
 
 
 class Engine:
@@ -85,6 +97,9 @@ class Engine:
         self._live: dict[int, Sequence] = {}
         self.step_count = 0
         self.paused = False
+        self._ended_this_step: list[int] = []
+        self._inflight: _Work | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxo-device")
 
     def _eos_ids(self) -> set[int]:
         eos = getattr(self.model.generation_config, "eos_token_id", None) or self.tokenizer.eos_token_id
@@ -186,7 +201,7 @@ class Engine:
     def has_work(self) -> bool:
         with self._lock:
             pending = bool(self._incoming or self._cancels or self._changes)
-        return pending or bool(self.scheduler.waiting or self.scheduler.running)
+        return pending or self._inflight is not None or bool(self.scheduler.waiting or self.scheduler.running)
 
     # -- between steps -----------------------------------------------------------------------
     def _drain_inbox(self) -> None:
@@ -229,6 +244,8 @@ class Engine:
             return
         seq.status = status
         seq.finished = self.now()
+        while seq.output_ids and seq.output_ids[-1] == PLACEHOLDER:  # async: a token never to be streamed
+            seq.output_ids.pop()
         if error is not None:
             seq.error, seq.error_code = error.message, error.code
         self.scheduler.release(seq)
@@ -240,70 +257,122 @@ class Engine:
         else:
             seq.emit(Event("done", seq.id, status=status.value))
 
-    _ended_this_step: list[int] = []
-
     # -- one step ----------------------------------------------------------------------------
+    # A step has three stages: prepare (inbox, schedule, build tensors) on the CPU; execute
+    # (forward + sampling) on the accelerator - here a worker thread; finish (bookkeeping,
+    # detokenization, streaming, telemetry) on the CPU. The sync runner does them in a row. The
+    # async runner prepares step N+1 while N executes and finishes N while N+1 executes; inputs
+    # of N+1 that N produces are placeholders filled on the device side (carry-over), and a stop
+    # decided when N finishes takes effect one step late (the surplus token is discarded).
     def step(self) -> Record | None:
-        """Run one engine step; returns its telemetry record, or None when there was nothing to run."""
-        t_start = self.now()
+        """Run one engine step; returns the telemetry record of the step that completed, or None
+        when there was nothing to run."""
         self._ended_this_step = []
+        if self.config.runner == "async":
+            return self._step_async()
+        if self._inflight is not None:  # switched from async: land the step still in flight first
+            work, self._inflight = self._inflight, None
+            return self._finish(work, self._await(work))
+        work = self._prepare()
+        if work is None:
+            return None
+        self._launch(work, None)
+        return self._finish(work, self._await(work))
+
+    def _step_async(self) -> Record | None:
+        prev = self._inflight
+        work = self._prepare()
+        if prev is None:
+            if work is None:
+                return None
+            self._launch(work, None)
+            self._inflight = work
+            return self._step_async()  # nothing to finish yet: prepare the next one right away
+        tokens = self._await(prev)
+        if work is not None:
+            self._launch(work, prev.tokens)
+        self._inflight = work
+        return self._finish(prev, tokens)
+
+    def _prepare(self) -> _Work | None:
+        t_start = self.now()
         self._drain_inbox()
         batch = self.scheduler.schedule(t_start)
         if not batch:
-            if self._ended_this_step:
-                self.telemetry.take_events()
             return None
-        spans: list[dict] = []
         for seq in batch.admitted:
-            seq.admitted = seq.admitted if seq.admitted is not None else t_start
+            if seq.admitted is None:
+                seq.admitted = t_start
             self.telemetry.update_request(seq)
         fb, rows = self.runner.build(batch)
-        t1 = self.now()
-        spans.append({"lane": "cpu_prepare", "start": t_start, "end": t1})
-        logits = self.runner.forward(fb)
-        t2 = self.now()
-        spans.append({"lane": "compute", "start": t1, "end": t2})
-        tokens = self.runner.sample(logits, rows, self.config.seed)
-        t3 = self.now()
-        spans.append({"lane": "d2h", "start": t2, "end": t3})
-        self._update(batch, rows, tokens, t3)
-        t_end = self.now()
-        spans.append({"lane": "cpu_update", "start": t3, "end": t_end})
-        return self._record(batch, spans, t_start, t_end)
+        work = _Work(batch, rows, fb, t_start, slots=self._slots_view(batch))
+        work.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})
+        return work
 
-    def _update(self, batch: ScheduledBatch, rows: list[Sequence | None], tokens: list[int | None], t: float) -> None:
-        for seq, n in batch.items:
+    def _launch(self, work: _Work, prev_tokens: torch.Tensor | None) -> None:
+        """Start executing ``work``; bookkeeping moves on as if its tokens were known (placeholders)."""
+        for seq, n in work.batch.items:
             seq.num_cached += n
-        for seq, tok in zip(rows, tokens):
-            if seq is None or seq.status.ended or seq.status is not Status.RUNNING:
+        for row, seq in enumerate(work.rows):
+            if seq is not None:
+                seq.output_ids.append(PLACEHOLDER)
+                seq.carry_row = row
+                work.outputs.append((row, seq, len(seq.output_ids) - 1))
+        work.kv = self._kv_view()
+        fb, rows, seed = work.fb, work.rows, self.config.seed
+
+        def execute() -> tuple[torch.Tensor, float, float]:
+            t0 = self.now()
+            tokens = self.runner.execute(fb, rows, seed, prev_tokens)
+            return tokens, t0, self.now()
+
+        if self.config.runner == "async":
+            work.future = self._pool.submit(execute)
+        else:
+            work.result = execute()
+
+    def _await(self, work: _Work) -> list[int]:
+        if work.future is not None:
+            work.result = work.future.result()
+        work.tokens, t0, t1 = work.result
+        work.spans.append({"lane": "compute", "start": t0, "end": t1})
+        t = self.now()
+        ids = work.tokens.tolist()
+        work.spans.append({"lane": "d2h", "start": t, "end": self.now()})
+        return ids
+
+    def _finish(self, work: _Work, tokens: list[int]) -> Record:
+        t = self.now()
+        for row, seq, index in work.outputs:
+            if seq.status.ended:  # stopped while this token was computed: the surplus is dropped
                 continue
-            seq.output_ids.append(tok)
+            tok = tokens[row]
+            seq.output_ids[index] = tok
             seq.token_times.append(t)
             if seq.first_token is None:
                 seq.first_token = t
-            seq.emit(Event("token", seq.id, token_id=tok, text=self._detokenize(seq)))
-            if (tok in self.eos_ids and not seq.params.ignore_eos) or len(seq.output_ids) >= seq.params.max_new_tokens:
+            seq.emit(Event("token", seq.id, token_id=tok, text=self._detokenize(seq, index + 1)))
+            if (tok in self.eos_ids and not seq.params.ignore_eos) or index + 1 >= seq.params.max_new_tokens:
                 self._end(seq, Status.FINISHED)
+        t_end = self.now()
+        work.spans.append({"lane": "cpu_update", "start": t, "end": t_end})
+        return self._record(work, t_end)
 
-    def _detokenize(self, seq: Sequence) -> str:
-        """Text added by the newest token; holds back bytes of a character not yet complete."""
+    def _detokenize(self, seq: Sequence, upto: int) -> str:
+        """Text added by token ``upto - 1``; holds back bytes of a character not yet complete."""
         ids = seq.output_ids
         prev = self.tokenizer.decode(ids[seq.prefix_offset:seq.read_offset], skip_special_tokens=True)
-        new = self.tokenizer.decode(ids[seq.prefix_offset:], skip_special_tokens=True)
+        new = self.tokenizer.decode(ids[seq.prefix_offset:upto], skip_special_tokens=True)
         if new.endswith("\ufffd"):
             return ""
-        seq.prefix_offset, seq.read_offset = seq.read_offset, len(ids)
+        seq.prefix_offset, seq.read_offset = seq.read_offset, upto
         return new[len(prev):]
 
-    def _record(self, batch: ScheduledBatch, spans: list[dict], t_start: float, t_end: float) -> Record:
-        self.step_count += 1
+    def _slots_view(self, batch: ScheduledBatch) -> list[dict]:
         scheduled = {s.id: n for s, n in batch.items}
         by_slot = {s.slot: s for s in self.scheduler.running}
-        for s in batch.dead:
-            by_slot.setdefault(s.slot, s)
         width = max([self.config.max_slots] + [k + 1 for k in by_slot if k is not None])
         slots = []
-        prefill_tokens = decode_tokens = 0
         for i in range(width):
             seq = by_slot.get(i)
             if seq is None:
@@ -312,35 +381,41 @@ class Engine:
             n = scheduled.get(seq.id, 0)
             if seq.dead:
                 phase, n = "dead", 1
-            elif n == 1 and seq.num_cached > len(seq.prompt_ids):
-                phase = "decode"
+            elif n > 1 or seq.num_cached + max(n, 1) < seq.num_tokens or not seq.output_ids:
+                phase = "prefill"
             else:
-                phase = "prefill" if (n > 1 or seq.num_cached <= len(seq.prompt_ids)) and n else "decode"
-            if phase == "prefill":
-                prefill_tokens += n
-            elif phase == "decode":
-                decode_tokens += n
+                phase = "decode"
             slots.append({"slot": i, "request": seq.id, "phase": phase, "tokens": n})
-        holders = self.scheduler.running
+        return slots
+
+    def _kv_view(self) -> dict:
+        return {
+            "blocks_total": self.blocks.budget,
+            "blocks_used": self.blocks.num_used,
+            "tokens_stored": sum(s.num_cached for s in self.scheduler.running),
+            "tokens_allocated": self.blocks.num_used * self.config.block_size,
+        }
+
+    def _record(self, work: _Work, t_end: float) -> Record:
+        self.step_count += 1
+        tokens = {"prefill": 0, "decode": 0, "dead": 0}
+        for s in work.slots:
+            if s["phase"] != "idle":
+                tokens[s["phase"]] += s["tokens"]
         record: Record = {
             "step": self.step_count,
-            "t_start": t_start,
+            "t_start": work.t_start,
             "t_end": t_end,
             "policy": self.config.policy,
             "runner": self.config.runner,
-            "slots": slots,
-            "admitted": [s.id for s in batch.admitted],
+            "slots": work.slots,
+            "admitted": [s.id for s in work.batch.admitted],
             "finished": list(self._ended_this_step),
-            "preempted": [s.id for s in batch.preempted],
+            "preempted": [s.id for s in work.batch.preempted],
             "queue_len": len(self.scheduler.waiting),
-            "kv": {
-                "blocks_total": self.blocks.budget,
-                "blocks_used": self.blocks.num_used,
-                "tokens_stored": sum(s.num_cached for s in holders),
-                "tokens_allocated": self.blocks.num_used * self.config.block_size,
-            },
-            "tokens": {"prefill": prefill_tokens, "decode": decode_tokens, "dead": len(batch.dead)},
-            "spans": spans,
+            "kv": work.kv,
+            "tokens": tokens,
+            "spans": work.spans,
             "events": self.telemetry.take_events(),
         }
         self.telemetry.add_step(record)

@@ -34,6 +34,8 @@ class ForwardBatch:
     decode_mask: torch.Tensor | None  # [B, 1, 1, L]
     prefills: list[PrefillSpan] = field(default_factory=list)
     logits_rows: torch.Tensor | None = None  # rows of the flat batch whose next token is sampled
+    carry_dst: torch.Tensor | None = None  # input positions filled from the in-flight step's output
+    carry_src: torch.Tensor | None = None  # ... from these rows of it
 
 
 class KVCache:

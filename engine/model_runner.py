@@ -7,7 +7,7 @@ from engine.config import EngineConfig
 from engine.llama import ForwardBatch, KVCache, LlamaForward, PrefillSpan
 from engine.sampler import sample
 from engine.scheduler import ScheduledBatch
-from engine.sequence import Sequence
+from engine.sequence import PLACEHOLDER, Sequence
 from kernels.attention import decode_mask, slots_from_block_tables
 
 
@@ -26,15 +26,16 @@ class ModelRunner:
     def _slot(self, seq: Sequence, pos: int) -> int:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
-    def build(self, batch: ScheduledBatch) -> tuple[ForwardBatch, list[Sequence]]:
-        """Returns the forward inputs and, row by row of the logits, the sequence each belongs to
-        (``None`` for dead slots, whose logits are computed and thrown away)."""
+    def build(self, batch: ScheduledBatch) -> tuple[ForwardBatch, list[Sequence | None]]:
+        """Returns the forward inputs and, row by row of the logits, the sequence that samples from
+        it (``None`` for dead slots and mid-prompt chunks: computed, then thrown away)."""
         decode = [s for s, n in batch.items if n == 1]
         # A one-token prefill chunk rides with the decodes but must not sample until its prompt is whole.
         rows: list[Sequence | None] = [s if s.num_cached + 1 == s.num_tokens else None for s in decode]
         rows += [None] * len(batch.dead)
         dec_all = decode + batch.dead
-        ids: list[int] = [s.token_at(s.num_cached) if s.num_cached < s.num_tokens else s.output_ids[-1] for s in dec_all]
+        ids: list[int] = [s.token_at(min(s.num_cached, s.num_tokens - 1)) for s in dec_all]
+        owners: list[Sequence] = list(dec_all)
         pos: list[int] = [s.num_cached for s in dec_all]
         write: list[int] = [self._slot(s, s.num_cached) for s in decode] + [self.cache.scratch_slot] * len(batch.dead)
         decode_slots = mask = None
@@ -58,6 +59,7 @@ class ModelRunner:
             p = torch.arange(start + n)
             ctx = table[p // self.block_size] * self.block_size + p % self.block_size
             ids.extend(seq.tokens(start, start + n))
+            owners.extend([seq] * n)
             pos.extend(range(start, start + n))
             write.extend(ctx[start:].tolist())
             prefills.append(PrefillSpan(offset, offset + n, start, ctx))
@@ -75,17 +77,22 @@ class ModelRunner:
             prefills=prefills,
             logits_rows=torch.tensor(logit_rows, dtype=torch.long),
         )
+        # Async runner: a token still being computed by the in-flight step is a placeholder here;
+        # remember where it goes and which output row of that step will hold it (carry-over).
+        carry = [(i, owners[i].carry_row) for i, t in enumerate(ids) if t == PLACEHOLDER]
+        if carry:
+            fb.carry_dst = torch.tensor([d for d, _ in carry], dtype=torch.long)
+            fb.carry_src = torch.tensor([s for _, s in carry], dtype=torch.long)
         return fb, rows
 
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        return self.forward_impl.forward(fb, self.cache)
+    def execute(self, fb: ForwardBatch, rows: list[Sequence | None], seed: int,
+                prev_tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """Forward + sampling: everything that would run on the accelerator. Returns token ids, one
+        per logits row (rows whose sequence is ``None`` included; the caller ignores them).
 
-    def sample(self, logits: torch.Tensor, rows: list[Sequence | None], seed: int) -> list[int | None]:
-        live = [i for i, s in enumerate(rows) if s is not None]
-        if not live:
-            return [None] * len(rows)
-        picked = sample(logits[live], [rows[i] for i in live], seed).tolist()
-        out: list[int | None] = [None] * len(rows)
-        for i, tok in zip(live, picked):
-            out[i] = tok
-        return out
+        ``prev_tokens`` is the output of the step that was still in flight when this batch was
+        built; placeholders are filled from it here, just before the forward.
+        """
+        if fb.carry_dst is not None:
+            fb.input_ids[fb.carry_dst] = prev_tokens[fb.carry_src]
+        return sample(self.forward_impl.forward(fb, self.cache), rows, seed)

@@ -14,10 +14,12 @@ def _generator(seq: Sequence, engine_seed: int) -> torch.Generator:
     return seq.generator
 
 
-def sample(logits: torch.Tensor, seqs: list[Sequence], engine_seed: int = 0) -> torch.Tensor:
-    """``logits`` ``[N, V]``, one row per sequence in ``seqs`` -> token ids ``[N]``."""
+def sample(logits: torch.Tensor, seqs: list[Sequence | None], engine_seed: int = 0) -> torch.Tensor:
+    """``logits`` ``[N, V]``, one row per entry of ``seqs`` -> token ids ``[N]`` (greedy where None)."""
     out = logits.argmax(dim=-1)
     for row, seq in enumerate(seqs):
+        if seq is None:
+            continue
         p = seq.params
         if p.temperature <= 0:
             continue

@@ -77,6 +77,11 @@ class Scheduler:
     def live(self) -> list[Sequence]:
         return [s for s in self.running if not s.dead]
 
+    @staticmethod
+    def _complete(seq: Sequence) -> bool:
+        """Its last token is already being computed (async runner): nothing more to schedule."""
+        return len(seq.output_ids) >= seq.params.max_new_tokens
+
     # -- one step --------------------------------------------------------------------------
     def schedule(self, now: float) -> ScheduledBatch:
         batch = ScheduledBatch()
@@ -126,7 +131,7 @@ class Scheduler:
         left = budget if budget is not None else 1 << 30
         # Running sequences first (decodes before prefill chunks), so admission never starves them.
         for seq in sorted(self.live(), key=lambda s: s.pending > 1):
-            if seq not in self.running or left <= 0:
+            if seq not in self.running or left <= 0 or self._complete(seq):
                 continue
             n = min(seq.pending, left)
             if self._grow_or_preempt(seq, seq.num_cached + n, batch):
@@ -154,7 +159,7 @@ class Scheduler:
             self.batch_open = bool(self.running)
             return
         for seq in self.live():
-            if seq not in self.running:
+            if seq not in self.running or self._complete(seq):
                 continue
             if self._grow_or_preempt(seq, seq.num_cached + seq.pending, batch):
                 batch.items.append((seq, seq.pending))

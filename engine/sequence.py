@@ -44,6 +44,9 @@ class Event:
 
 _ids = itertools.count(1)
 
+# An output token the in-flight step is still computing (async runner); never streamed as such.
+PLACEHOLDER = -1
+
 
 @dataclass(slots=True, eq=False)
 class Sequence:
@@ -68,6 +71,7 @@ class Sequence:
     end_status: Status | None = None  # set when generation stops; applied when the slot is released
     sink: Callable[[Event], None] | None = None
     generator: object = None  # torch.Generator for seeded sampling, created lazily
+    carry_row: int = -1  # async: row of the in-flight step's output that holds our newest token
     # incremental detokenization offsets
     prefix_offset: int = 0
     read_offset: int = 0

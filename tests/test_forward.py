@@ -13,7 +13,7 @@ def _capture_rows(engine: Engine) -> list[tuple[list[int], torch.Tensor]]:
     Observes the real runner (no stand-in): each row predicts the token after those ids.
     """
     seen: list[tuple[list[int], torch.Tensor]] = []
-    build, forward = engine.runner.build, engine.runner.forward
+    build, forward = engine.runner.build, engine.runner.forward_impl.forward
     pending: list = []
 
     def spy_build(batch):
@@ -21,12 +21,12 @@ def _capture_rows(engine: Engine) -> list[tuple[list[int], torch.Tensor]]:
         pending[:] = [None if s is None else list(s.prompt_ids) + list(s.output_ids) for s in rows]
         return fb, rows
 
-    def spy_forward(fb):
-        logits = forward(fb)
+    def spy_forward(fb, cache):
+        logits = forward(fb, cache)
         seen.extend((ids, logits[i].clone()) for i, ids in enumerate(pending) if ids is not None)
         return logits
 
-    engine.runner.build, engine.runner.forward = spy_build, spy_forward
+    engine.runner.build, engine.runner.forward_impl.forward = spy_build, spy_forward
     return seen
 
 

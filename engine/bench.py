@@ -1,0 +1,222 @@
+"""Benchmarks: ``python -m engine.bench {batching,stall,memory,peer,dtype,all} [--json PATH]``.
+
+Benchmarks measure; tests check behaviour. Every ratio comes from runs made in the same process,
+on the same machine, one after the other, so machine noise mostly cancels out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.metrics import inter_token_latencies, median, percentile, summarize
+from engine.model import load_model
+from engine.workloads import CHAT_PROMPTS, WorkItem, batching_workload, long_prompt
+
+Result = dict[str, Any]
+
+
+def run(model, tok, items: list[WorkItem], ignore_eos: bool = True,
+        on_step: Callable[[Engine, int], None] | None = None, **config: Any) -> tuple[Result, Engine]:
+    """Submit ``items`` (all at t=0 unless ``on_step`` injects more) and step until idle."""
+    engine = Engine(EngineConfig(**config), model=model, tokenizer=tok)
+    for it in items:
+        engine.submit(prompt=it.prompt, max_new_tokens=it.max_new_tokens, ignore_eos=ignore_eos)
+    steps = 0
+    while engine.has_work():
+        if on_step is not None:
+            on_step(engine, steps)
+        if engine.step() is None:
+            time.sleep(0.001)
+        else:
+            steps += 1
+    records = list(engine.telemetry.steps)
+    summary = summarize(records, list(engine.telemetry.requests.values()))
+    summary["config"] = {k: config[k] for k in sorted(config)}
+    return summary, engine
+
+
+def warm_up(model, tok) -> None:
+    run(model, tok, [WorkItem(CHAT_PROMPTS[0], 4)] * 2, max_slots=2)
+
+
+def _slot_steps(engine: Engine) -> int:
+    return sum(s["phase"] != "idle" for r in engine.telemetry.steps for s in r["slots"])
+
+
+# -- scenarios -------------------------------------------------------------------------------------
+def batching(model, tok, slots: int = 8) -> Result:
+    items = batching_workload()
+    out: Result = {"runs": {}}
+    for policy in ("static", "continuous", "chunked"):
+        summary, engine = run(model, tok, items, policy=policy, max_slots=slots, fill_timeout_s=0.0, chunk_budget=128)
+        summary["slot_steps"] = _slot_steps(engine)
+        out["runs"][policy] = summary
+    s, c = out["runs"]["static"], out["runs"]["continuous"]
+    out["ratios"] = {
+        "continuous_over_static": c["throughput"] / s["throughput"],
+        # The static batch pays a slot-step for every dead slot; continuous needs one per useful token.
+        "theoretical_continuous_over_static": s["slot_steps"] / s["useful_tokens"],
+        "chunked_over_static": out["runs"]["chunked"]["throughput"] / s["throughput"],
+        "overhead_fraction": c["overhead_fraction"],
+    }
+    return out
+
+
+def stall(model, tok, chunk_budget: int = 32, steady: int = 6, arrivals: int = 4, period: int = 40) -> Result:
+    """Steady long decodes; every ``period`` steps a ~384-token prompt arrives. ITL of the steady ones."""
+    steady_items = [WorkItem(CHAT_PROMPTS[i], 40 + period * arrivals) for i in range(steady)]
+    longs = [long_prompt(384, tok, i) for i in range(arrivals)]
+    out: Result = {"runs": {}}
+    for name, policy in (("unchunked", "continuous"), ("chunked", "chunked")):
+        injected: list[int] = []
+
+        def inject(engine: Engine, step: int) -> None:
+            k = len(injected)
+            if k < arrivals and step >= period * (k + 1):
+                injected.append(engine.submit(prompt=longs[k], max_new_tokens=8, ignore_eos=True).id)
+
+        summary, engine = run(model, tok, steady_items, on_step=inject, policy=policy, max_slots=steady + 2,
+                              chunk_budget=chunk_budget)
+        running = [r for r in engine.telemetry.requests.values() if r["id"] not in injected]
+        itl = inter_token_latencies(running)
+        summary.update(running_itl_p50=median(itl), running_itl_p99=percentile(itl, 99), running_itl_max=max(itl))
+        out["runs"][name] = summary
+    u, c = out["runs"]["unchunked"], out["runs"]["chunked"]
+    out["ratios"] = {
+        "unchunked_max_itl_over_median": u["running_itl_max"] / u["running_itl_p50"],
+        "chunked_p99_itl_over_median": c["running_itl_p99"] / c["running_itl_p50"],
+        "chunked_max_itl_over_median": c["running_itl_max"] / c["running_itl_p50"],
+        "chunked_tput_over_unchunked": c["throughput"] / u["throughput"],
+    }
+    out["chunk_budget"] = chunk_budget
+    return out
+
+
+def memory(model, tok, kv_blocks: int = 128, n: int = 16) -> Result:
+    """Same KV budget, natural (EOS-ended) answers capped at 256 tokens: reserved vs paged."""
+    items = [WorkItem(long_prompt(160, tok, i) + " " + CHAT_PROMPTS[i], 256) for i in range(n)]
+    out: Result = {"runs": {}}
+    for layout in ("reserved", "paged"):
+        summary, _ = run(model, tok, items, ignore_eos=False, policy="continuous", kv_layout=layout,
+                         kv_blocks=kv_blocks, max_slots=n)
+        out["runs"][layout] = summary
+    r, p = out["runs"]["reserved"], out["runs"]["paged"]
+    out["ratios"] = {
+        "paged_waste": p["kv_waste"],
+        "reserved_waste": r["kv_waste"],
+        "paged_concurrency_over_reserved": p["peak_running"] / r["peak_running"],
+        "paged_tput_over_reserved": p["throughput"] / r["throughput"],
+    }
+    out["kv_blocks"] = kv_blocks
+    return out
+
+
+def peer(model, tok, slots: int = 8, ours: Result | None = None) -> Result:
+    from engine.peer import hf_continuous, hf_static
+
+    items = batching_workload()
+    ours = ours or batching(model, tok, slots)
+    hs = hf_static(model, tok, items, slots)
+    hc = hf_continuous(model, tok, items, slots)
+    out: Result = {"runs": {"hf_static": _peer_dict(hs), "hf_continuous": _peer_dict(hc),
+                            "ours_static": ours["runs"]["static"], "ours_continuous": ours["runs"]["continuous"]}}
+    out["ratios"] = {
+        "ours_over_hf_cb": ours["runs"]["continuous"]["throughput"] / hc.tokens_per_s,
+        "ours_static_over_hf_static": ours["runs"]["static"]["throughput"] / hs.tokens_per_s,
+    }
+    return out
+
+
+def _peer_dict(r) -> Result:
+    return {"throughput": r.tokens_per_s, "useful_tokens": r.useful_tokens, "wall_s": r.wall_s, "slots": r.slots, "note": r.note}
+
+
+def dtype(model, tok) -> Result:
+    """float32 against bfloat16 (AMX where the CPU has it): a decode-heavy run and a 384-token prefill."""
+    items = batching_workload(16)
+    prompt = [WorkItem(long_prompt(384, tok), 1)]
+    out: Result = {"runs": {}}
+    for dt in ("float32", "bfloat16"):
+        m = model.to(getattr(torch, dt))
+        summary, _ = run(m, tok, items, policy="continuous", max_slots=8, dtype=dt)
+        times = [run(m, tok, prompt, dtype=dt)[0]["wall_s"] for _ in range(3)]
+        summary["prefill_384_s"] = median(times)
+        out["runs"][dt] = summary
+    model.to(torch.float32)
+    f, b = out["runs"]["float32"], out["runs"]["bfloat16"]
+    out["ratios"] = {"bf16_decode_tput_over_fp32": b["throughput"] / f["throughput"],
+                     "bf16_prefill_speedup": f["prefill_384_s"] / b["prefill_384_s"]}
+    return out
+
+
+SCENARIOS = {"batching": batching, "stall": stall, "memory": memory, "peer": peer, "dtype": dtype}
+
+
+# -- report ----------------------------------------------------------------------------------------
+COLUMNS = (("throughput", "tok/s", 1), ("wall_s", "wall s", 1), ("useful_tokens", "tokens", 0), ("ttft_p50", "TTFT p50", 2),
+           ("itl_p50", "ITL p50", 3), ("itl_p99", "ITL p99", 3), ("itl_max", "ITL max", 3),
+           ("slot_utilization", "slot use", 2), ("dead_slot_fraction", "dead", 2), ("kv_waste", "KV waste", 3),
+           ("peak_running", "peak seqs", 0))
+
+
+def table(name: str, result: Result) -> str:
+    lines = [f"== {name} =="]
+    header = f"{'run':<16}" + "".join(f"{label:>11}" for _, label, _ in COLUMNS)
+    lines.append(header)
+    for run_name, r in result["runs"].items():
+        cells = []
+        for key, _, digits in COLUMNS:
+            v = r.get(key)
+            cells.append(f"{'-':>11}" if v is None else f"{v:>11.{digits}f}")
+        lines.append(f"{run_name:<16}" + "".join(cells))
+    for k, v in result.get("ratios", {}).items():
+        lines.append(f"  {k:<40} {v:8.3f}")
+    return "\n".join(lines)
+
+
+def machine() -> Result:
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu or platform.processor(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
+    ap.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    ap.add_argument("--json", type=Path, help="write the results (with a top-level 'ratios') here")
+    args = ap.parse_args(argv)
+    model, tok = load_model("smollm2", "float32")
+    warm_up(model, tok)
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    results: Result = {}
+    for name in names:
+        t = time.perf_counter()
+        if name == "peer" and "batching" in results:
+            results[name] = peer(model, tok, ours=results["batching"])
+        else:
+            results[name] = SCENARIOS[name](model, tok)
+        results[name]["bench_s"] = time.perf_counter() - t
+        print(table(name, results[name]), flush=True)
+    ratios = {k: v for r in results.values() for k, v in r.get("ratios", {}).items()}
+    doc = {"machine": machine(), "ratios": ratios, "scenarios": results}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
