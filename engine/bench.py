@@ -1,4 +1,4 @@
-"""Benchmarks: ``python -m engine.bench {batching,stall,memory,peer,dtype,all} [--json PATH]``.
+"""Benchmarks: ``python -m engine.bench {batching,stall,memory,peer,dtype,overlap,all} [--json PATH]``.
 
 Benchmarks measure; tests check behaviour. Every ratio comes from runs made in the same process,
 on the same machine, one after the other, so machine noise mostly cancels out.
@@ -158,11 +158,50 @@ def dtype(model, tok) -> Result:
     return out
 
 
-SCENARIOS = {"batching": batching, "stall": stall, "memory": memory, "peer": peer, "dtype": dtype}
+def overlap(model, tok, slots: int = 8, new_tokens: int = 64, reps: int = 3) -> Result:
+    """Decode-heavy steady state with sampling and streaming on: sync against async runner.
+
+    Runs alternate (sync, async, sync, ...) so drift on a noisy machine hits both; medians of reps.
+    """
+    def one(runner: str) -> Result:
+        engine = Engine(EngineConfig(policy="continuous", runner=runner, max_slots=slots), model=model, tokenizer=tok)
+        received: list[str] = []
+        for i in range(slots):
+            engine.submit(prompt=CHAT_PROMPTS[i], max_new_tokens=new_tokens, ignore_eos=True, temperature=0.8,
+                          top_p=0.95, seed=i, sink=lambda e: received.append(e.text))
+        engine.run_until_idle()
+        records = list(engine.telemetry.steps)[2:]  # steady state: past the admission prefill
+        summary = summarize(records, list(engine.telemetry.requests.values()))
+        wall = records[-1]["t_end"] - records[0]["t_start"]
+        summary["step_ms"] = 1000 * wall / len(records)
+        summary["decode_tput"] = sum(r["tokens"]["decode"] for r in records) / wall
+        return summary
+
+    runs: dict[str, list[Result]] = {"sync": [], "async": []}
+    for _ in range(reps):
+        for runner in runs:
+            runs[runner].append(one(runner))
+    out: Result = {"runs": {}}
+    for runner, results in runs.items():
+        merged = {k: median([r[k] for r in results]) for k in ("step_ms", "decode_tput", "busy_fraction", "overhead_fraction", "throughput")}
+        merged.update(reps=len(results), itl_p50=median([r["itl_p50"] for r in results]))
+        out["runs"][runner] = merged
+    s, a = out["runs"]["sync"], out["runs"]["async"]
+    out["ratios"] = {
+        "async_speedup": a["decode_tput"] / s["decode_tput"],
+        # If async hid every idle moment of the sync loop, the device would never wait.
+        "async_theoretical_speedup": 1 / s["busy_fraction"],
+        "async_busy_fraction": a["busy_fraction"],
+        "sync_busy_fraction": s["busy_fraction"],
+    }
+    return out
+
+
+SCENARIOS = {"batching": batching, "stall": stall, "memory": memory, "peer": peer, "dtype": dtype, "overlap": overlap}
 
 
 # -- report ----------------------------------------------------------------------------------------
-COLUMNS = (("throughput", "tok/s", 1), ("wall_s", "wall s", 1), ("useful_tokens", "tokens", 0), ("ttft_p50", "TTFT p50", 2),
+COLUMNS = (("throughput", "tok/s", 1), ("step_ms", "step ms", 1), ("busy_fraction", "busy", 3), ("wall_s", "wall s", 1), ("useful_tokens", "tokens", 0), ("ttft_p50", "TTFT p50", 2),
            ("itl_p50", "ITL p50", 3), ("itl_p99", "ITL p99", 3), ("itl_max", "ITL max", 3),
            ("slot_utilization", "slot use", 2), ("dead_slot_fraction", "dead", 2), ("kv_waste", "KV waste", 3),
            ("peak_running", "peak seqs", 0))

@@ -4,11 +4,11 @@
 2. Random programs against the engine (submit, cancel, step, live reconfigure, then drain): the
    scheduler's contracts hold at every step and every request ends exactly once.
 3. Preemption under a tight paged budget does not change greedy outputs.
-4. Greedy outputs do not depend on policy, layout, slots, budget or live switches.
+4. Greedy outputs do not depend on policy, layout, runner, slots, budget or live switches.
 
 Everything runs on the tiny float64 Llama (byte tokenizer, EOS = 258): a step takes a few ms.
-Engine bugs these properties found sit at the end as minimal reproductions: BUG-A (fixed in
-c486857) as a regression test, BUG-B as an ``xfail`` until the engine is fixed.
+Engine bugs these properties found are pinned at the end by their minimal reproductions, now
+regression tests: BUG-A (fixed in c486857) and BUG-B (fixed by the prepare/execute/finish step).
 """
 from __future__ import annotations
 
@@ -29,11 +29,6 @@ BLOCK_SIZE = 4
 MAX_PROMPT = 20
 MAX_NEW = 12
 POLICIES = ("static", "continuous", "chunked")
-
-BUG_B = ("BUG-B: the step record leaves out a sequence that computes its last token in the step: under "
-         "continuous/chunked its slot shows 'idle' with 0 tokens (it was already dropped when _record runs), "
-         "under static it shows 'dead' while tokens['dead'] is 0; tokens['prefill'] + tokens['decode'] "
-         "undercounts what the step computed")
 
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
@@ -153,6 +148,7 @@ def reconfig_changes(policies=POLICIES):
         "kv_layout": st.sampled_from(("paged", "reserved")),
         "kv_blocks": st.integers(5, 24),  # 8 blocks hold the longest request; 5..7 exercise the "budget shrank" failure
         "chunk_budget": st.integers(1, 12),
+        "runner": st.sampled_from(("sync", "async")),
     })
 
 
@@ -172,6 +168,7 @@ def programs(policies=POLICIES):
         "kv_layout": st.sampled_from(("paged", "reserved")),
         "kv_blocks": st.integers(8, 16),  # tight enough that paged runs preempt
         "chunk_budget": st.integers(1, 12),
+        "runner": st.sampled_from(("sync", "async")),
     })
     return st.tuples(start, st.lists(op, min_size=3, max_size=25))
 
@@ -185,10 +182,10 @@ SCENARIOS = [
     # pool runs dry under paged continuous, then chunked (small budget), static and back, fewer slots
     ({"policy": "continuous", "max_slots": 5, "kv_layout": "paged", "kv_blocks": 8, "chunk_budget": 8},
      [("burst", [_sub(12, 12, first=k) for k in range(5)]), ("step", 4),
-      ("reconfigure", {"policy": "chunked", "chunk_budget": 3}), ("step", 5),
+      ("reconfigure", {"policy": "chunked", "chunk_budget": 3, "runner": "async"}), ("step", 5),
       ("reconfigure", {"policy": "static"}), ("step", 6),
       ("reconfigure", {"policy": "continuous", "max_slots": 2}), ("step", 3),
-      ("reconfigure", {"kv_layout": "reserved"}), ("cancel", 5), ("step", 2)]),
+      ("reconfigure", {"kv_layout": "reserved", "runner": "sync"}), ("cancel", 5), ("step", 2)]),
     # live decrease of slots and a KV budget shrunk below what is in use, then grown back
     ({"policy": "chunked", "max_slots": 5, "kv_layout": "paged", "kv_blocks": 16, "chunk_budget": 7},
      [("burst", [_sub(n, 10, first=n) for n in (3, 20, 9, 14, 5)]), ("step", 6),
@@ -196,7 +193,7 @@ SCENARIOS = [
       ("reconfigure", {"max_slots": 3, "kv_blocks": 24, "chunk_budget": 1}), ("step", 4),
       ("burst", [_sub(2, 3, False), _sub(17, 12, first=3)]), ("step", 2)]),
     # a static batch with dead slots is released into continuous mid-batch, then static again
-    ({"policy": "static", "max_slots": 3, "kv_layout": "reserved", "kv_blocks": 24, "chunk_budget": 4},
+    ({"policy": "static", "max_slots": 3, "kv_layout": "reserved", "kv_blocks": 24, "chunk_budget": 4, "runner": "async"},
      [("burst", [_sub(4, 1), _sub(6, 6, False), _sub(8, 12)]), ("step", 3),
       ("reconfigure", {"policy": "continuous"}), ("submit", [1, 2, 3], 4, True), ("step", 2),
       ("reconfigure", {"policy": "static", "kv_layout": "paged", "kv_blocks": 8}),
@@ -233,12 +230,15 @@ class Harness:
         original = sched.schedule
 
         def schedule(now):
-            info = {"cfg": engine.config.live(), "live_before": len(sched.live()),
+            live = [q.id for q in sched.live()]  # admission order
+            info = {"cfg": engine.config.live(), "live_before": len(live), "live_order": live,
                     "used_before": engine.blocks.num_used}
             batch = original(now)
             info.update(batch=batch, running_after=len(sched.running), live_after=len(sched.live()),
                         used_after=engine.blocks.num_used, budget=engine.blocks.budget,
-                        admitted_blocks=[len(s.block_table) for s in batch.admitted])
+                        admitted_blocks=[len(s.block_table) for s in batch.admitted],
+                        items=[(s.id, n, s.slot, s.num_cached, s.num_tokens, len(s.prompt_ids)) for s, n in batch.items],
+                        dead=[(s.id, s.slot) for s in batch.dead])
             self.check_pool()
             self.check_batch(info)
             if batch:
@@ -334,6 +334,12 @@ class Harness:
         if cfg["policy"] == "chunked":
             assert sum(n for _, n in batch.items) <= cfg["chunk_budget"], "chunked went over its token budget"
         assert not {s.id for s in batch.admitted} & {s.id for s in batch.preempted}
+        # the newest running sequence is preempted first: anything newer than a victim was itself
+        # preempted or got its tokens this step
+        order, done = info["live_order"], {s.id for s, _ in batch.items} | {s.id for s in batch.preempted}
+        for victim in batch.preempted:
+            assert victim.id in order, "preempted a sequence that was not running"
+            assert all(q in done for q in order[order.index(victim.id) + 1:]), "preempted an older sequence first"
         self.preempted.extend(s.id for s in batch.preempted)
 
     def check_record(self, rec: dict, info: dict, used_before: int) -> None:
@@ -344,7 +350,20 @@ class Harness:
             assert rec["policy"] == cfg["policy"]
         if cfg["policy"] == "chunked":
             assert rec["tokens"]["prefill"] + rec["tokens"]["decode"] <= cfg["chunk_budget"]
-        assert rec["tokens"]["prefill"] + rec["tokens"]["decode"] <= sum(n for _, n in batch.items)
+        # every token the step computed is in the record, on the slot of the sequence it belongs to
+        assert rec["tokens"]["prefill"] + rec["tokens"]["decode"] == sum(n for _, n in batch.items), rec["tokens"]
+        assert rec["tokens"]["dead"] == len(batch.dead)
+        slots = {s["slot"]: s for s in rec["slots"]}
+        assert len(slots) == len(rec["slots"])
+        for rid, n, slot, cached, total, prompt_len in info["items"]:
+            view = slots[slot]
+            assert (view["request"], view["tokens"]) == (rid, n), (view, rid, n)
+            # decode: the one token that samples the next one; anything else (prompt, or outputs
+            # recomputed after a preemption) is prefill
+            decode = n == 1 and cached + 1 == total and cached >= prompt_len
+            assert view["phase"] == ("decode" if decode else "prefill"), (view, cached, total, prompt_len)
+        for rid, slot in info["dead"]:
+            assert slots[slot] == {"slot": slot, "request": rid, "phase": "dead", "tokens": 1}
         assert rec["admitted"] == [s.id for s in batch.admitted]
         assert rec["preempted"] == [s.id for s in batch.preempted]
         assert rec["queue_len"] == len(self.engine.scheduler.waiting)
@@ -358,6 +377,7 @@ class Harness:
     def note(self, info: dict, batch) -> None:
         cfg, seen = info["cfg"], self.seen
         seen.add(f"policy {cfg['policy']} / {cfg['kv_layout']}")
+        seen.add(f"runner {cfg['runner']}")
         if batch.preempted:
             seen.add("preemption")
         if batch.dead:
@@ -487,15 +507,15 @@ def test_random_programs_keep_engine_invariants(make_tiny_engine, program):
 # ---------------------------------------------------------------------------------------------------
 
 @settings(max_examples=12, **PROP)
-@given(policy=st.sampled_from(("continuous", "static")),
+@given(policy=st.sampled_from(("continuous", "static")), runner=st.sampled_from(("sync", "async")),
        reqs=st.lists(st.tuples(st.lists(st.integers(0, 255), min_size=8, max_size=12), st.integers(8, 12)),
                      min_size=4, max_size=5))
-def test_preemption_keeps_greedy_outputs(make_tiny_engine, policy, reqs):
+def test_preemption_keeps_greedy_outputs(make_tiny_engine, policy, runner, reqs):
     # Each request needs 4..6 blocks at full length and fits alone in 10; three running together
     # need 12 by the time each has 5 outputs (none can have finished), so the pool must run dry.
     outputs = {}
     for kv_blocks in (10, 64):
-        hz = Harness(make_tiny_engine(policy=policy, kv_layout="paged", kv_blocks=kv_blocks, max_slots=4))
+        hz = Harness(make_tiny_engine(policy=policy, runner=runner, kv_layout="paged", kv_blocks=kv_blocks, max_slots=4))
         handles = [hz.submit(p, n, True) for p, n in reqs]
         hz.drain()
         hz.check_end()
@@ -524,7 +544,7 @@ def test_greedy_outputs_independent_of_schedule(make_tiny_engine, program):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Known bugs: minimal reproductions (xfail until the engine is fixed)
+# Bugs these properties found: minimal reproductions, kept as regression tests
 # ---------------------------------------------------------------------------------------------------
 
 def test_bug_a_one_token_prefill_chunk_does_not_sample(make_tiny_engine):
@@ -543,14 +563,17 @@ def test_bug_a_one_token_prefill_chunk_does_not_sample(make_tiny_engine):
     assert h.token_ids == ref
 
 
-@pytest.mark.xfail(reason=BUG_B, strict=True)
 @pytest.mark.parametrize("policy", ["continuous", "static"])
 def test_bug_b_last_token_step_is_recorded(make_tiny_engine, policy):
+    """BUG-B (in c486857; the uncommitted prepare/execute/finish rewrite of Engine.step fixes it):
+    the record was built after the step's bookkeeping, so a request computing its last token was
+    already gone from the running list: its slot showed 'idle' with 0 tokens (continuous/chunked) or
+    'dead' (static, while tokens['dead'] said 0), and tokens['prefill'] + tokens['decode'] undercounted."""
     e = make_tiny_engine(policy=policy)
     h = e.submit(token_ids=[1, 2, 3, 4, 5], max_new_tokens=2, ignore_eos=True)
     first = e.step()  # prefill of 5 tokens, samples output 1
     last = e.step()  # decode of 1 token, samples output 2: the request finishes
-    assert first["tokens"]["prefill"] == 5
+    assert first["tokens"] == {"prefill": 5, "decode": 0, "dead": 0}
     assert last["finished"] == [h.id]
-    assert last["tokens"]["decode"] == 1, last["tokens"]
+    assert last["tokens"] == {"prefill": 0, "decode": 1, "dead": 0}
     assert {"slot": 0, "request": h.id, "phase": "decode", "tokens": 1} in last["slots"], last["slots"]
