@@ -18,6 +18,7 @@ LIVE_FIELDS = ("policy", "runner", "max_slots", "kv_layout", "kv_blocks", "chunk
 class EngineConfig:
     model: str = "smollm2"  # "smollm2" (bundled GGUF), "tiny" (random, for tests) or a local checkpoint dir
     dtype: str = "float32"
+    device: str = "cpu"  # "cpu" or "cuda"; on CUDA the decode attention is the Triton paged kernel
     policy: str = "continuous"
     runner: str = "sync"
     max_slots: int = 8
@@ -41,6 +42,8 @@ class EngineConfig:
             raise UnknownMode(f"unknown runner {self.runner!r}; choose one of {', '.join(RUNNERS)}")
         if self.kv_layout not in KV_LAYOUTS:
             raise UnknownMode(f"unknown KV layout {self.kv_layout!r}; choose one of {', '.join(KV_LAYOUTS)}")
+        if self.device not in ("cpu", "cuda"):
+            raise UnknownMode(f"unknown device {self.device!r}; choose cpu or cuda")
         if self.dtype not in DTYPES:
             raise UnknownMode(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
         for name, lo, hi in (("max_slots", 1, 256), ("kv_blocks", 1, 1 << 20), ("block_size", 1, 1024),

@@ -17,7 +17,7 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.errors import (EmptyPrompt, FluxoError, InvalidMaxTokens, InvalidSampling, KVBudgetTooSmall,
+from engine.errors import (EmptyPrompt, FluxoError, InvalidConfig, InvalidMaxTokens, InvalidSampling, KVBudgetTooSmall,
                            PromptTooLong, UnknownRequest)
 from engine.model import chat_ids, load_model
 from engine.llama import ForwardBatch
@@ -79,6 +79,10 @@ class Engine:
             torch.set_num_threads(self.config.threads)
         if model is None:
             model, tokenizer = load_model(self.config.model, self.config.dtype, self.config.seed)
+        if self.config.device == "cuda":
+            if not torch.cuda.is_available():
+                raise InvalidConfig("device='cuda' was asked for, but torch sees no CUDA device")
+            model = model.to("cuda")
         self.model, self.tokenizer = model, tokenizer
         limit = getattr(model.config, "max_position_embeddings", self.config.max_model_len)
         self.config.max_model_len = min(self.config.max_model_len, limit)
@@ -319,7 +323,10 @@ class Engine:
                 seq.carry_row = row
                 work.outputs.append((row, seq, len(seq.output_ids) - 1))
         work.kv = self._kv_view()
-        fb, rows, seed = work.fb, work.rows, self.config.seed
+        t = self.now()
+        fb, rows, seed = self.runner.to_device(work.fb), work.rows, self.config.seed
+        if fb.input_ids.is_cuda:
+            work.spans.append({"lane": "h2d", "start": t, "end": self.now()})
 
         def execute() -> tuple[torch.Tensor, float, float]:
             t0 = self.now()

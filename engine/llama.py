@@ -34,6 +34,8 @@ class ForwardBatch:
     decode_mask: torch.Tensor | None  # [B, 1, 1, L]
     prefills: list[PrefillSpan] = field(default_factory=list)
     logits_rows: torch.Tensor | None = None  # rows of the flat batch whose next token is sampled
+    decode_tables: torch.Tensor | None = None  # [B, max_blocks] block tables of the decode rows (Triton path)
+    decode_lens: torch.Tensor | None = None  # [B] their context lengths
     carry_dst: torch.Tensor | None = None  # input positions filled from the in-flight step's output
     carry_src: torch.Tensor | None = None  # ... from these rows of it
 
@@ -48,6 +50,10 @@ class KVCache:
         self.k = torch.zeros(shape, dtype=dtype)
         self.v = torch.zeros(shape, dtype=dtype)
 
+    def to(self, device: torch.device) -> "KVCache":
+        self.k, self.v = self.k.to(device), self.v.to(device)
+        return self
+
     @property
     def scratch_slot(self) -> int:
         return (self.num_blocks - 1) * self.block_size
@@ -55,7 +61,7 @@ class KVCache:
     def resized(self, num_blocks: int) -> "KVCache":
         """A bigger cache holding the same contents at the same slots (used when the budget grows)."""
         layers, _, kvh, d = self.k.shape
-        new = KVCache(layers, num_blocks, self.block_size, kvh, d, self.k.dtype)
+        new = KVCache(layers, num_blocks, self.block_size, kvh, d, self.k.dtype).to(self.k.device)
         n = (self.num_blocks - 1) * self.block_size
         new.k[:, :n] = self.k[:, :n]
         new.v[:, :n] = self.v[:, :n]
@@ -72,13 +78,25 @@ class LlamaForward:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = self.head_dim ** -0.5
         self.dtype = next(hf_model.parameters()).dtype
+        self.device = next(hf_model.parameters()).device
+        self.triton_decode = None
+        if self.device.type == "cuda":
+            from kernels.triton_attention import TRITON_AVAILABLE, paged_decode_attention
+
+            self.triton_decode = paged_decode_attention if TRITON_AVAILABLE else None
         # The rotary table from the model's own module, once: identical numbers, no per-step cost.
         probe = torch.zeros(1, dtype=self.dtype)
-        cos, sin = hf_model.model.rotary_emb(probe, torch.arange(max_len)[None])
+        cos, sin = hf_model.model.rotary_emb(probe.to(self.device), torch.arange(max_len, device=self.device)[None])
         self.cos, self.sin = cos[0], sin[0]
 
     def new_cache(self, num_blocks: int, block_size: int) -> KVCache:
-        return KVCache(len(self.layers), num_blocks, block_size, self.num_kv_heads, self.head_dim, self.dtype)
+        cache = KVCache(len(self.layers), num_blocks, block_size, self.num_kv_heads, self.head_dim, self.dtype)
+        return cache.to(self.device)
+
+    def _decode(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: ForwardBatch, bs: int) -> torch.Tensor:
+        if self.triton_decode is not None and batch.decode_tables is not None:
+            return self.triton_decode(q, kc, vc, batch.decode_tables, batch.decode_lens, bs, self.scale)
+        return decode_attention(q, kc, vc, batch.decode_slots, batch.decode_mask, self.scale)
 
     @staticmethod
     def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -105,11 +123,11 @@ class LlamaForward:
             kc.index_copy_(0, batch.write_slots, k)
             vc.index_copy_(0, batch.write_slots, v)
             if not batch.prefills:
-                o = decode_attention(q, kc, vc, batch.decode_slots, batch.decode_mask, self.scale)
+                o = self._decode(q, kc, vc, batch, cache.block_size)
             else:
                 parts = []
                 if nd:
-                    parts.append(decode_attention(q[:nd], kc, vc, batch.decode_slots, batch.decode_mask, self.scale))
+                    parts.append(self._decode(q[:nd], kc, vc, batch, cache.block_size))
                 for p in batch.prefills:
                     parts.append(prefill_attention(q[p.start:p.end], kc, vc, p.ctx_slots, p.q_start, self.scale,
                                                    k[p.start:p.end], v[p.start:p.end]))

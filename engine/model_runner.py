@@ -77,6 +77,8 @@ class ModelRunner:
             prefills=prefills,
             logits_rows=torch.tensor(logit_rows, dtype=torch.long),
         )
+        if not batch.dead and dec_all and self.cache.k.is_cuda:
+            fb.decode_tables, fb.decode_lens = tables.to(torch.int32), lens.to(torch.int32)
         # Async runner: a token still being computed by the in-flight step is a placeholder here;
         # remember where it goes and which output row of that step will hold it (carry-over).
         carry = [(i, owners[i].carry_row) for i, t in enumerate(ids) if t == PLACEHOLDER]
@@ -84,6 +86,20 @@ class ModelRunner:
             fb.carry_dst = torch.tensor([d for d, _ in carry], dtype=torch.long)
             fb.carry_src = torch.tensor([s for _, s in carry], dtype=torch.long)
         return fb, rows
+
+    def to_device(self, fb: ForwardBatch) -> ForwardBatch:
+        """Host-to-device copy of the step's inputs (pinned, asynchronous); nothing to do on CPU."""
+        device = self.cache.k.device
+        if device.type == "cpu":
+            return fb
+        for name in ("input_ids", "positions", "write_slots", "decode_slots", "decode_mask", "logits_rows",
+                     "decode_tables", "decode_lens", "carry_dst", "carry_src"):
+            t = getattr(fb, name)
+            if t is not None:
+                setattr(fb, name, t.pin_memory().to(device, non_blocking=True))
+        for span in fb.prefills:
+            span.ctx_slots = span.ctx_slots.pin_memory().to(device, non_blocking=True)
+        return fb
 
     def execute(self, fb: ForwardBatch, rows: list[Sequence | None], seed: int,
                 prev_tokens: torch.Tensor | None = None) -> torch.Tensor:
@@ -95,4 +111,7 @@ class ModelRunner:
         """
         if fb.carry_dst is not None:
             fb.input_ids[fb.carry_dst] = prev_tokens[fb.carry_src]
-        return sample(self.forward_impl.forward(fb, self.cache), rows, seed)
+        tokens = sample(self.forward_impl.forward(fb, self.cache), rows, seed)
+        if tokens.is_cuda:  # the span must end when the device is done, not when the launch returns
+            torch.cuda.current_stream().synchronize()
+        return tokens

@@ -71,13 +71,29 @@ def hf_static(model: Any, tokenizer: Any, items: list[WorkItem], slots: int) -> 
     return _result("hf_static", items, wall, slots, f"model.generate, batches of {slots}, padded to batch max")
 
 
+def _drain(manager: Any, ids: list[str | None]) -> dict[str, int]:
+    """Blocks until every request in ``ids`` finished; returns its generated-token count."""
+    done: dict[str, int] = {}
+    while len(done) < len(ids):
+        res = manager.get_result(timeout=1)  # blocking get: no busy polling competing with the worker thread
+        if res is None:
+            if not manager.is_running():
+                raise RuntimeError("continuous batching thread died")
+        elif res.error is not None:
+            raise RuntimeError(f"{res.request_id} failed: {res.error}")
+        elif res.is_finished():
+            done[res.request_id] = len(res.generated_tokens)
+    return done
+
+
 def hf_continuous(model: Any, tokenizer: Any, items: list[WorkItem], slots: int | None) -> PeerResult:
     """transformers' ContinuousBatchingManager: all requests submitted at once, each with its own length."""
     prompts = _prompt_ids(tokenizer, items)
-    longest = max(map(len, prompts)) + max(it.max_new_tokens for it in items)
-    # max_requests_per_batch is the manager's slot count; num_blocks caps the KV cache, which on CPU would
-    # otherwise be sized to 90% of system RAM (and zero-filled). Every request fits at once, so no preemption.
-    cb = ContinuousBatchingConfig(max_requests_per_batch=slots, num_blocks=len(items) * (longest // 256 + 2))
+    page = ContinuousBatchingConfig.page_size
+    need = sum(-(-(len(p) + it.max_new_tokens) // page) for p, it in zip(prompts, items))
+    # max_requests_per_batch is the manager's slot count. num_blocks caps the KV cache, which on CPU would
+    # otherwise be sized to 90% of system RAM (and zero-filled); 2x the need keeps preemption out of the run.
+    cb = ContinuousBatchingConfig(max_requests_per_batch=slots, num_blocks=2 * need)
     # The same hints generate_batch passes; with slots=None they size the batch to min(requests, 1024)
     hints = WorkloadHints(max(map(len, prompts)), max(it.max_new_tokens for it in items), len(items))
     gen = _greedy_config(model, eos_token_id=-1)  # -1: no EOS, every request runs to its max_new_tokens
@@ -87,22 +103,11 @@ def hf_continuous(model: Any, tokenizer: Any, items: list[WorkItem], slots: int 
         sized = manager.continuous_batching_config.max_requests_per_batch
         manager.start()
         try:
+            # One token of warm-up, as for hf_static, so one-time kernel setup is not billed to the run
+            _drain(manager, [manager.add_request(prompts[0], max_new_tokens=1, eos_token_id=-1)])
             start = time.perf_counter()
-            ids = [
-                manager.add_request(p, max_new_tokens=it.max_new_tokens, eos_token_id=-1)
-                for p, it in zip(prompts, items)
-            ]
-            done: dict[str, int] = {}
-            while len(done) < len(ids):
-                res = manager.get_result(timeout=1)
-                if res is None:
-                    if not manager.is_running():
-                        raise RuntimeError("continuous batching thread died")
-                    continue
-                if res.error is not None:
-                    raise RuntimeError(f"{res.request_id} failed: {res.error}")
-                if res.is_finished():
-                    done[res.request_id] = len(res.generated_tokens)
+            ids = [manager.add_request(p, max_new_tokens=it.max_new_tokens, eos_token_id=-1) for p, it in zip(prompts, items)]
+            done = _drain(manager, ids)
             wall = time.perf_counter() - start
         finally:
             manager.stop(block=True)

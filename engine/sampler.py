@@ -6,9 +6,9 @@ import torch
 from engine.sequence import Sequence
 
 
-def _generator(seq: Sequence, engine_seed: int) -> torch.Generator:
+def _generator(seq: Sequence, engine_seed: int, device: torch.device) -> torch.Generator:
     if seq.generator is None:
-        g = torch.Generator()
+        g = torch.Generator(device=device)
         g.manual_seed(seq.params.seed if seq.params.seed is not None else engine_seed * 1_000_003 + seq.id)
         seq.generator = g
     return seq.generator
@@ -30,5 +30,5 @@ def sample(logits: torch.Tensor, seqs: list[Sequence | None], engine_seed: int =
             drop = sorted_p.cumsum(0) - sorted_p >= p.top_p
             sorted_p[drop] = 0.0
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
-        out[row] = torch.multinomial(probs, 1, generator=_generator(seq, engine_seed))[0]
+        out[row] = torch.multinomial(probs, 1, generator=_generator(seq, engine_seed, logits.device))[0]
     return out
