@@ -22,11 +22,13 @@ from engine.model import load_model
 from engine.workloads import CHAT_PROMPTS, WorkItem, batching_workload, long_prompt
 
 Result = dict[str, Any]
+DEVICE = "cpu"  # set by --device; every engine of a run uses it
 
 
 def run(model, tok, items: list[WorkItem], ignore_eos: bool = True,
         on_step: Callable[[Engine, int], None] | None = None, **config: Any) -> tuple[Result, Engine]:
     """Submit ``items`` (all at t=0 unless ``on_step`` injects more) and step until idle."""
+    config.setdefault("device", DEVICE)
     engine = Engine(EngineConfig(**config), model=model, tokenizer=tok)
     for it in items:
         engine.submit(prompt=it.prompt, max_new_tokens=it.max_new_tokens, ignore_eos=ignore_eos)
@@ -164,7 +166,8 @@ def overlap(model, tok, slots: int = 8, new_tokens: int = 64, reps: int = 3) -> 
     Runs alternate (sync, async, sync, ...) so drift on a noisy machine hits both; medians of reps.
     """
     def one(runner: str) -> Result:
-        engine = Engine(EngineConfig(policy="continuous", runner=runner, max_slots=slots), model=model, tokenizer=tok)
+        engine = Engine(EngineConfig(policy="continuous", runner=runner, max_slots=slots, device=DEVICE),
+                        model=model, tokenizer=tok)
         received: list[str] = []
         for i in range(slots):
             engine.submit(prompt=CHAT_PROMPTS[i], max_new_tokens=new_tokens, ignore_eos=True, temperature=0.8,
@@ -228,7 +231,8 @@ def machine() -> Result:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return {"cpu": cpu or platform.processor(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+    gpu = torch.cuda.get_device_name(0) if DEVICE == "cuda" else None
+    return {"cpu": cpu or platform.processor(), "gpu": gpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
 
 
@@ -236,8 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
     ap.add_argument("scenario", choices=[*SCENARIOS, "all"])
     ap.add_argument("--json", type=Path, help="write the results (with a top-level 'ratios') here")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
     model, tok = load_model("smollm2", "float32")
+    model = model.to(DEVICE)
     warm_up(model, tok)
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     results: Result = {}
