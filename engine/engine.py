@@ -62,6 +62,8 @@ class _Work:
     rows: list[Sequence | None]
     fb: ForwardBatch
     t_start: float
+    policy: str = ""  # as scheduled: a switch applied while this step executes must not relabel it
+    runner: str = ""
     slots: list[dict] = field(default_factory=list)
     kv: dict = field(default_factory=dict)
     spans: list[dict] = field(default_factory=list)
@@ -309,7 +311,7 @@ class Engine:
                 seq.admitted = t_start
             self.telemetry.update_request(seq)
         fb, rows = self.runner.build(batch)
-        work = _Work(batch, rows, fb, t_start, slots=self._slots_view(batch))
+        work = _Work(batch, rows, fb, t_start, self.config.policy, self.config.runner, slots=self._slots_view(batch))
         work.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})
         return work
 
@@ -413,8 +415,8 @@ class Engine:
             "step": self.step_count,
             "t_start": work.t_start,
             "t_end": t_end,
-            "policy": self.config.policy,
-            "runner": self.config.runner,
+            "policy": work.policy,
+            "runner": work.runner,
             "slots": work.slots,
             "admitted": [s.id for s in work.batch.admitted],
             "finished": list(self._ended_this_step),

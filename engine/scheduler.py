@@ -38,6 +38,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order; includes static dead slots
         self.batch_open = False  # static: a batch is in flight
+        self._tick = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -84,6 +85,7 @@ class Scheduler:
 
     # -- one step --------------------------------------------------------------------------
     def schedule(self, now: float) -> ScheduledBatch:
+        self._tick += 1
         batch = ScheduledBatch()
         if self.config.policy == "static":
             self._schedule_static(batch, now)
@@ -129,13 +131,15 @@ class Scheduler:
 
     def _schedule_flowing(self, batch: ScheduledBatch, budget: int | None) -> None:
         left = budget if budget is not None else 1 << 30
-        # Running sequences first (decodes before prefill chunks), so admission never starves them.
-        for seq in sorted(self.live(), key=lambda s: s.pending > 1):
+        # Running sequences first (decodes before prefill chunks), so admission never starves them;
+        # the least recently served first, so a budget smaller than the decodes rotates among them.
+        for seq in sorted(self.live(), key=lambda s: (s.pending > 1, s.last_served)):
             if seq not in self.running or left <= 0 or self._complete(seq):
                 continue
             n = min(seq.pending, left)
             if self._grow_or_preempt(seq, seq.num_cached + n, batch):
                 batch.items.append((seq, n))
+                seq.last_served = self._tick
                 left -= n
         if batch.preempted:
             return  # the pool is dry: admitting now would only preempt again
