@@ -40,7 +40,7 @@ def prefill_attention(
     if q_start == 0 and k_new is not None:
         k, v = k_new, v_new
     else:
-        k, v = k_cache[ctx_slots], v_cache[ctx_slots]
+        k, v = k_cache.index_select(0, ctx_slots), v_cache.index_select(0, ctx_slots)
     qh, kh, vh = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
     if q_start == 0:
         out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale, enable_gqa=True)
@@ -64,8 +64,10 @@ def decode_attention(
     ``mask`` ``[B, 1, 1, L]`` is True where a slot belongs to the sequence; the runner builds it once
     per step because it is the same for every layer.
     """
-    k = k_cache[ctx_slots].transpose(1, 2)
-    v = v_cache[ctx_slots].transpose(1, 2)
+    b, n = ctx_slots.shape
+    flat = ctx_slots.reshape(-1)  # index_select on a flat index is ~3x faster than 2-D advanced indexing
+    k = k_cache.index_select(0, flat).view(b, n, *k_cache.shape[1:]).transpose(1, 2)
+    v = v_cache.index_select(0, flat).view(b, n, *v_cache.shape[1:]).transpose(1, 2)
     out = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=mask, scale=scale, enable_gqa=True)
     return out[:, :, 0]
 
