@@ -73,7 +73,7 @@ def batching(model, tok, slots: int = 8) -> Result:
     return out
 
 
-def stall(model, tok, chunk_budget: int = 32, steady: int = 6, arrivals: int = 4, period: int = 40) -> Result:
+def stall(model, tok, chunk_budget: int = 24, steady: int = 6, arrivals: int = 4, period: int = 40) -> Result:
     """Steady long decodes; every ``period`` steps a ~384-token prompt arrives. ITL of the steady ones."""
     steady_items = [WorkItem(CHAT_PROMPTS[i], 40 + period * arrivals) for i in range(steady)]
     longs = [long_prompt(384, tok, i) for i in range(arrivals)]
