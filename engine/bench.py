@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from engine import device
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.metrics import inter_token_latencies, median, percentile, summarize
@@ -127,8 +128,9 @@ def peer(model, tok, slots: int = 8, ours: Result | None = None) -> Result:
 
     items = batching_workload()
     ours = ours or batching(model, tok, slots)
-    hs = hf_static(model, tok, items, slots)
-    hc = hf_continuous(model, tok, items, slots)
+    # transformers runs on the same device thread as our engine: same conditions for both.
+    hs = device.run(hf_static, model, tok, items, slots)
+    hc = device.run(hf_continuous, model, tok, items, slots)
     out: Result = {"runs": {"hf_static": _peer_dict(hs), "hf_continuous": _peer_dict(hc),
                             "ours_static": ours["runs"]["static"], "ours_continuous": ours["runs"]["continuous"]}}
     out["ratios"] = {
@@ -148,7 +150,7 @@ def dtype(model, tok) -> Result:
     prompt = [WorkItem(long_prompt(384, tok), 1)]
     out: Result = {"runs": {}}
     for dt in ("float32", "bfloat16"):
-        m = model.to(getattr(torch, dt))
+        m = device.run(model.to, getattr(torch, dt))
         summary, _ = run(m, tok, items, policy="continuous", max_slots=8, dtype=dt)
         times = [run(m, tok, prompt, dtype=dt)[0]["wall_s"] for _ in range(3)]
         summary["prefill_384_s"] = median(times)
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     global DEVICE
     DEVICE = args.device
-    model, tok = load_model("smollm2", "float32")
+    model, tok = device.run(load_model, "smollm2", "float32")
     model = model.to(DEVICE)
     warm_up(model, tok)
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]

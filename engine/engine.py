@@ -9,12 +9,13 @@ import math
 import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
 
+from engine import device
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import (EmptyPrompt, FluxoError, InvalidConfig, InvalidMaxTokens, InvalidSampling, KVBudgetTooSmall,
@@ -80,7 +81,7 @@ class Engine:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
         if model is None:
-            model, tokenizer = load_model(self.config.model, self.config.dtype, self.config.seed)
+            model, tokenizer = device.run(load_model, self.config.model, self.config.dtype, self.config.seed)
         if self.config.device == "cuda":
             if not torch.cuda.is_available():
                 raise InvalidConfig("device='cuda' was asked for, but torch sees no CUDA device")
@@ -91,11 +92,9 @@ class Engine:
         self.eos_ids = self._eos_ids()
         self.blocks = BlockManager(self.config.kv_blocks, self.config.block_size)
         self.scheduler = Scheduler(self.config, self.blocks)
-        # Everything heavy runs on one "device" thread, in both runners: weights are packed and every
-        # forward runs there. A forward on a second thread would start a second OpenMP team, and
-        # on 2 cores the two teams slow each other down (measured: 40 -> 67 ms per decode step).
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxo-device")
-        self.runner = self._pool.submit(ModelRunner, model, self.config).result()
+        # Weights are packed and every forward runs on the process's one device thread (see device.py).
+        self._pool = device.executor()
+        self.runner = device.run(ModelRunner, model, self.config)
         self.telemetry = Telemetry(max_telemetry_steps)
         self._clock = clock
         self._t0 = clock()
