@@ -124,24 +124,33 @@ def memory(model, tok, kv_blocks: int = 128, n: int = 16) -> Result:
 
 
 def peer(model, tok, slots: int = 8, ours: Result | None = None) -> Result:
-    from engine.peer import hf_continuous, hf_static
+    """transformers' own serving paths on the ``batching`` workload, beside ours.
 
-    items = batching_workload()
+    They run in a fresh subprocess (``python -m engine.peer``), one after our runs, so each side
+    gets a process of its own, as a real deployment would; the machine and the run are the same.
+    """
+    import subprocess
+    import tempfile
+
     ours = ours or batching(model, tok, slots)
-    # transformers runs on the same device thread as our engine: same conditions for both.
-    hs = device.run(hf_static, model, tok, items, slots)
-    hc = device.run(hf_continuous, model, tok, items, slots)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "peer.json"
+        subprocess.run([sys.executable, "-m", "engine.peer", "--slots", str(slots), "--json", str(path)],
+                       check=True, cwd=Path(__file__).resolve().parents[1])
+        hf = json.loads(path.read_text())
+    hs, hc = hf["hf_static"], hf["hf_continuous"]
     out: Result = {"runs": {"hf_static": _peer_dict(hs), "hf_continuous": _peer_dict(hc),
                             "ours_static": ours["runs"]["static"], "ours_continuous": ours["runs"]["continuous"]}}
     out["ratios"] = {
-        "ours_over_hf_cb": ours["runs"]["continuous"]["throughput"] / hc.tokens_per_s,
-        "ours_static_over_hf_static": ours["runs"]["static"]["throughput"] / hs.tokens_per_s,
+        "ours_over_hf_cb": ours["runs"]["continuous"]["throughput"] / hc["tokens_per_s"],
+        "ours_static_over_hf_static": ours["runs"]["static"]["throughput"] / hs["tokens_per_s"],
     }
     return out
 
 
-def _peer_dict(r) -> Result:
-    return {"throughput": r.tokens_per_s, "useful_tokens": r.useful_tokens, "wall_s": r.wall_s, "slots": r.slots, "note": r.note}
+def _peer_dict(r: Result) -> Result:
+    return {"throughput": r["tokens_per_s"], "useful_tokens": r["useful_tokens"], "wall_s": r["wall_s"],
+            "slots": r["slots"], "note": r["note"]}
 
 
 def dtype(model, tok) -> Result:

