@@ -37,7 +37,9 @@ def replay(model, tok, policy: str, n: int, slots: int, every: int) -> dict:
     s = summarize(list(engine.telemetry.steps), list(engine.telemetry.requests.values()))
     print(f"{policy}: {s['throughput']:.1f} useful tok/s, dead-slot fraction {s['dead_slot_fraction']:.2f}, "
           f"TTFT p50 {s['ttft_p50']:.1f} s, wall {s['wall_s']:.1f} s")
-    print(f"first request said: {tok.decode(first.token_ids, skip_special_tokens=True)!r}")
+    ids = first.token_ids  # lengths are forced (EOS ignored) to replay the workload; show the answer itself
+    answer = ids[: next((i for i, t in enumerate(ids) if t in engine.eos_ids), len(ids))]
+    print(f"first request said: {tok.decode(answer, skip_special_tokens=True)!r}")
     return s
 
 
