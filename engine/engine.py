@@ -5,54 +5,25 @@ effect between steps. ``step()`` runs on one thread (the server's engine thread,
 """
 from __future__ import annotations
 
-import math
-import queue
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
 from engine import device
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.errors import (EmptyPrompt, FluxoError, InvalidConfig, InvalidMaxTokens, InvalidSampling, KVBudgetTooSmall,
-                           PromptTooLong, UnknownRequest)
-from engine.model import chat_ids, load_model
+from engine.errors import FluxoError, InvalidConfig, KVBudgetTooSmall, UnknownRequest
+from engine.model import load_model
 from engine.llama import ForwardBatch
 from engine.model_runner import ModelRunner
 from engine.scheduler import ScheduledBatch, Scheduler
-from engine.sequence import PLACEHOLDER, Event, SamplingParams, Sequence, Status
+from engine.requests import RequestHandle, check_params, check_token_ids, encode
+from engine.sequence import PLACEHOLDER, Event, Sequence, Status
 from engine.telemetry import Record, Telemetry
-
-
-class RequestHandle:
-    """The caller's side of a request: a stream of events ending in exactly one done/error."""
-
-    def __init__(self, seq: Sequence) -> None:
-        self.seq = seq
-        self.id = seq.id
-        self._events: queue.Queue[Event] = queue.Queue()
-
-    def _push(self, event: Event) -> None:
-        self._events.put(event)
-
-    def __iter__(self) -> Iterator[Event]:
-        while True:
-            event = self._events.get()
-            yield event
-            if event.kind != "token":
-                return
-
-    @property
-    def done(self) -> bool:
-        return self.seq.status.ended
-
-    @property
-    def token_ids(self) -> list[int]:
-        return list(self.seq.output_ids)
 
 
 @dataclass(slots=True, eq=False)
@@ -117,29 +88,14 @@ class Engine:
         return self._clock() - self._t0
 
     # -- requests ----------------------------------------------------------------------------
-    def encode(self, messages: list[dict] | None = None, prompt: str | None = None) -> list[int]:
-        if messages is not None:
-            if not messages or not all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in messages):
-                raise EmptyPrompt("messages must be a non-empty list of {role, content} objects")
-            if not any(m["content"].strip() for m in messages):
-                raise EmptyPrompt("the chat messages are empty")
-            return chat_ids(self.tokenizer, messages)
-        if prompt is None or not prompt.strip():
-            raise EmptyPrompt("the prompt is empty")
-        return chat_ids(self.tokenizer, [{"role": "user", "content": prompt}])
-
     def submit(self, messages: list[dict] | None = None, prompt: str | None = None, token_ids: list[int] | None = None,
                max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
                ignore_eos: bool = False, client: str = "", sink: Callable[[Event], None] | None = None) -> RequestHandle:
         """Queue a request; raises a :class:`FluxoError` (with a ``code``) if it can never run."""
         if token_ids is None:
-            token_ids = self.encode(messages, prompt)
-        elif not token_ids:
-            raise EmptyPrompt("the prompt has no tokens")
-        vocab = self.model.config.vocab_size
-        if not all(isinstance(t, int) and 0 <= t < vocab for t in token_ids):
-            raise EmptyPrompt(f"token ids must be integers in [0, {vocab})")
-        params = self._check_params(len(token_ids), max_new_tokens, temperature, top_p, seed)
+            token_ids = encode(self.tokenizer, messages, prompt)
+        check_token_ids(token_ids, self.model.config.vocab_size)
+        params = check_params(self.config, len(token_ids), max_new_tokens, temperature, top_p, seed)
         params.ignore_eos = bool(ignore_eos)
         seq = Sequence(prompt_ids=list(token_ids), params=params, client=client, arrival=self.now())
         handle = RequestHandle(seq)
@@ -154,27 +110,6 @@ class Engine:
             self._incoming.append(seq)
         self._wake.set()
         return handle
-
-    def _check_params(self, n_prompt: int, max_new: object, temperature: object, top_p: object, seed: object) -> SamplingParams:
-        cfg = self.config
-        if n_prompt >= cfg.max_model_len:
-            raise PromptTooLong(f"the prompt has {n_prompt} tokens; the context holds {cfg.max_model_len}")
-        if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new <= 0:
-            raise InvalidMaxTokens(f"max_new_tokens must be a positive integer, got {max_new!r}")
-        if max_new > cfg.max_new_tokens_limit:
-            raise InvalidMaxTokens(f"max_new_tokens {max_new} is over this engine's limit of {cfg.max_new_tokens_limit}")
-        if n_prompt + max_new > cfg.max_model_len:
-            raise InvalidMaxTokens(f"prompt ({n_prompt}) + max_new_tokens ({max_new}) exceeds the context of {cfg.max_model_len}")
-        if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or not 0 <= temperature <= 10:
-            raise InvalidSampling(f"temperature must be in [0, 10], got {temperature!r}")
-        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-            raise InvalidSampling(f"top_p must be in (0, 1], got {top_p!r}")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise InvalidSampling(f"seed must be an integer, got {seed!r}")
-        need = self.blocks.blocks_for(n_prompt + max_new)
-        if need > cfg.kv_blocks:
-            raise KVBudgetTooSmall(f"this request needs {need} KV blocks at full length; the budget is {cfg.kv_blocks}")
-        return SamplingParams(max_new_tokens=max_new, temperature=float(temperature), top_p=float(top_p), seed=seed)
 
     def cancel(self, request_id: int) -> None:
         with self._lock:
