@@ -71,6 +71,7 @@ class Engine:
         self._t0 = clock()
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._step_lock = threading.Lock()  # the engine thread's steps and single_step never interleave
         self._incoming: list[Sequence] = []
         self._cancels: list[int] = []
         self._changes: list[dict] = []
@@ -133,8 +134,15 @@ class Engine:
         return new
 
     def pause(self) -> None:
+        """Stop stepping; returns once the step in progress (if any) has completed."""
         self.paused = True
-        self.telemetry.event(self.now(), "pause")
+        with self._step_lock:
+            self.telemetry.event(self.now(), "pause")
+
+    def single_step(self) -> Record | None:
+        """One step while paused (the class walks through the schedule step by step)."""
+        with self._step_lock:
+            return self.step()
 
     def resume(self) -> None:
         self.paused = False
@@ -386,7 +394,9 @@ class Engine:
                 self._wake.wait(0.05)
                 self._wake.clear()
                 continue
-            if self.step() is None:
+            with self._step_lock:
+                record = None if self.paused else self.step()
+            if record is None:
                 self._wake.wait(0.005)
                 self._wake.clear()
 

@@ -1,0 +1,33 @@
+"""The engine on its own thread, as the server runs it: requests from other threads, pause, single
+steps and resume."""
+from __future__ import annotations
+
+import threading
+import time
+
+
+def test_run_forever_pause_single_step_resume(make_tiny_engine):
+    engine = make_tiny_engine(runner="async")
+    stop = threading.Event()
+    thread = threading.Thread(target=engine.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        first = engine.submit(token_ids=[1, 2, 3], max_new_tokens=5, ignore_eos=True)
+        assert [e.kind for e in first][-1] == "done" and len(first.token_ids) == 5  # served by the thread
+        engine.pause()
+        handles = [engine.submit(token_ids=[4 + i, 5], max_new_tokens=6, ignore_eos=True) for i in range(3)]
+        steps_before = engine.step_count
+        time.sleep(0.2)
+        assert engine.step_count == steps_before  # paused: nothing moves
+        records = [engine.single_step() for _ in range(3)]
+        assert all(r is not None for r in records) and engine.step_count == steps_before + 3
+        assert not any(h.done for h in handles)
+        engine.resume()
+        for h in handles:
+            assert [e.kind for e in h][-1] == "done" and len(h.token_ids) == 6
+        kinds = [ev["kind"] for r in engine.telemetry.steps for ev in r["events"]]
+        assert "pause" in kinds and "resume" in kinds
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive() and engine.blocks.num_used == 0
