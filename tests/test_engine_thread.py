@@ -31,3 +31,16 @@ def test_run_forever_pause_single_step_resume(make_tiny_engine):
         stop.set()
         thread.join(timeout=5)
     assert not thread.is_alive() and engine.blocks.num_used == 0
+
+
+def test_cancel_client_ends_only_that_clients_requests(make_tiny_engine):
+    engine = make_tiny_engine(max_slots=2)
+    mine = [engine.submit(token_ids=[1, 2], max_new_tokens=40, ignore_eos=True, client="a") for _ in range(3)]
+    other = engine.submit(token_ids=[3, 4], max_new_tokens=10, ignore_eos=True, client="b")
+    for _ in range(4):
+        engine.step()
+    assert engine.cancel_client("a") == 3
+    engine.run_until_idle()
+    assert all(h.seq.status.value == "cancelled" and [e.kind for e in h].count("done") == 1 for h in mine)
+    assert other.seq.status.value == "finished" and len(other.token_ids) == 10
+    assert engine.blocks.num_used == 0
