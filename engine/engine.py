@@ -16,7 +16,7 @@ import torch
 from engine import device
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.errors import FluxoError, InvalidConfig, KVBudgetTooSmall, UnknownRequest
+from engine.errors import FluxoError, InvalidConfig, KVBudgetTooSmall
 from engine.model import load_model
 from engine.llama import ForwardBatch
 from engine.model_runner import ModelRunner
@@ -402,9 +402,3 @@ class Engine:
 
     def live_requests(self) -> list[Sequence]:
         return list(self._live.values())
-
-    def get(self, request_id: int) -> Sequence:
-        seq = self._live.get(request_id)
-        if seq is None:
-            raise UnknownRequest(f"no live request {request_id}")
-        return seq

@@ -86,10 +86,6 @@ class Sequence:
         """Tokens not yet in the KV cache: the rest of the prompt while prefilling, 1 while decoding."""
         return self.num_tokens - self.num_cached
 
-    @property
-    def in_prefill(self) -> bool:
-        return self.pending > 1 or not self.output_ids and self.pending == 1 and self.num_cached < len(self.prompt_ids)
-
     def token_at(self, i: int) -> int:
         n = len(self.prompt_ids)
         return self.prompt_ids[i] if i < n else self.output_ids[i - n]
