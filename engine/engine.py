@@ -39,9 +39,9 @@ class _Work:
     slots: list[dict] = field(default_factory=list)
     kv: dict = field(default_factory=dict)
     spans: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
     outputs: list[tuple[int, Sequence, int]] = field(default_factory=list)  # (row, sequence, output index)
     future: Future | None = None
-    result: tuple | None = None
     tokens: torch.Tensor | None = None
 
 
@@ -71,7 +71,7 @@ class Engine:
         self._t0 = clock()
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._step_lock = threading.Lock()  # the engine thread's steps and single_step never interleave
+        self._step_lock = threading.RLock()  # the engine thread's steps and single_step never interleave
         self._incoming: list[Sequence] = []
         self._cancels: list[int] = []
         self._changes: list[dict] = []
@@ -160,8 +160,9 @@ class Engine:
             incoming, self._incoming = self._incoming, []
             cancels, self._cancels = self._cancels, []
             changes, self._changes = self._changes, []
+            for seq in incoming:  # under the lock: cancel_client must find them in one place or the other
+                self._live[seq.id] = seq
         for seq in incoming:
-            self._live[seq.id] = seq
             self.scheduler.add(seq)
             self.telemetry.update_request(seq)
         for rid in cancels:
@@ -257,8 +258,11 @@ class Engine:
             if seq.admitted is None:
                 seq.admitted = t_start
             self.telemetry.update_request(seq)
+        for seq in batch.preempted:
+            self.telemetry.update_request(seq)
         fb, rows = self.runner.build(batch)
-        work = _Work(batch, rows, fb, t_start, self.config.policy, self.config.runner, slots=self._slots_view(batch))
+        work = _Work(batch, rows, fb, t_start, self.config.policy, self.config.runner, slots=self._slots_view(batch),
+                     events=self.telemetry.take_events())  # switches applied before this step belong to it
         work.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})
         return work
 
@@ -283,13 +287,9 @@ class Engine:
             return tokens, t0, self.now()
 
         work.future = self._pool.submit(execute)
-        if self.config.runner == "sync":
-            work.result = work.future.result()
 
     def _await(self, work: _Work) -> list[int]:
-        if work.future is not None:
-            work.result = work.future.result()
-        work.tokens, t0, t1 = work.result
+        work.tokens, t0, t1 = work.future.result()
         work.spans.append({"lane": "compute", "start": t0, "end": t1})
         t = self.now()
         ids = work.tokens.tolist()
@@ -371,7 +371,7 @@ class Engine:
             "kv": work.kv,
             "tokens": tokens,
             "spans": work.spans,
-            "events": self.telemetry.take_events(),
+            "events": work.events,
         }
         self.telemetry.add_step(record)
         return record

@@ -42,15 +42,16 @@ def lane_time(steps: Iterable[Record], lane: str) -> float:
 
 
 def slot_counts(steps: Iterable[Record]) -> dict[str, int]:
+    """Slot-steps by phase; a running request that computed nothing this step counts as idle."""
     counts = {"prefill": 0, "decode": 0, "dead": 0, "idle": 0}
     for rec in steps:
         for s in rec["slots"]:
-            counts[s["phase"]] += 1
+            counts["idle" if s["phase"] in ("prefill", "decode") and not s["tokens"] else s["phase"]] += 1
     return counts
 
 
 def kv_waste(steps: Iterable[Record]) -> float:
-    """Allocated-but-unused KV over allocated KV, summed over steps (time-weighted by step)."""
+    """Allocated-but-unused KV over allocated KV, summed over steps (each step weighs the same)."""
     stored = allocated = 0
     for rec in steps:
         stored += rec["kv"]["tokens_stored"]
@@ -61,8 +62,10 @@ def kv_waste(steps: Iterable[Record]) -> float:
 def summarize(steps: list[Record], requests: list[Record]) -> dict[str, float]:
     """The headline numbers of a run: everything the tables and the page show."""
     wall = (steps[-1]["t_end"] - steps[0]["t_start"]) if steps else 0.0
-    step_time = sum(r["t_end"] - r["t_start"] for r in steps)
     compute = lane_time(steps, "compute")
+    # Host work outside the forward. From the CPU lanes, not from step windows: under the async
+    # runner a step's window spans its neighbours' compute, so windows overlap.
+    host = sum(lane_time(steps, lane) for lane in ("cpu_prepare", "h2d", "d2h", "cpu_update"))
     itl = inter_token_latencies(requests)
     ttft = ttfts(requests)
     slots = slot_counts(steps)
@@ -85,6 +88,6 @@ def summarize(steps: list[Record], requests: list[Record]) -> dict[str, float]:
         "dead_slot_fraction": slots["dead"] / occupied if occupied else 0.0,
         "kv_waste": kv_waste(steps),
         "busy_fraction": compute / wall if wall else 0.0,
-        "overhead_fraction": (step_time - compute) / step_time if step_time else 0.0,
+        "overhead_fraction": host / wall if wall else 0.0,
         "peak_running": max((sum(s["phase"] != "idle" for s in r["slots"]) for r in steps), default=0),
     }

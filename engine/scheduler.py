@@ -23,10 +23,6 @@ class ScheduledBatch:
     admitted: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
 
-    @property
-    def num_tokens(self) -> int:
-        return sum(n for _, n in self.items) + len(self.dead)
-
     def __bool__(self) -> bool:
         return bool(self.items or self.dead)
 
@@ -167,4 +163,6 @@ class Scheduler:
                 continue
             if self._grow_or_preempt(seq, seq.num_cached + seq.pending, batch):
                 batch.items.append((seq, seq.pending))
-        batch.dead = [s for s in self.running if s.dead]
+        # Dead slots ride along with live work; a step of nothing but dead slots (async: every live
+        # member's last token already in flight) would be a forward thrown away whole.
+        batch.dead = [s for s in self.running if s.dead] if batch.items else []

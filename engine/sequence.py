@@ -69,7 +69,6 @@ class Sequence:
     error_code: str | None = None
     preemptions: int = 0
     last_served: int = 0  # scheduler tick of the last step that computed tokens for it
-    end_status: Status | None = None  # set when generation stops; applied when the slot is released
     sink: Callable[[Event], None] | None = None
     generator: object = None  # torch.Generator for seeded sampling, created lazily
     carry_row: int = -1  # async: row of the in-flight step's output that holds our newest token

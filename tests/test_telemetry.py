@@ -78,5 +78,5 @@ def test_metrics_on_known_records():
     assert s["itl_max"] == 1.0 and s["itl_p50"] == 0.5
     assert s["slot_utilization"] == 0.5 and s["dead_slot_fraction"] == 1 / 3
     assert s["kv_waste"] == 0.5
-    assert abs(s["busy_fraction"] - 0.8) < 1e-12 and abs(s["overhead_fraction"] - 0.2) < 1e-12
+    assert abs(s["busy_fraction"] - 0.8) < 1e-12 and abs(s["overhead_fraction"] - 0.05) < 1e-12
     assert metrics.percentile([1, 2, 3, 4], 50) == 2.5 and metrics.percentile([7], 99) == 7
