@@ -47,7 +47,8 @@ class _Work:
 
 class Engine:
     def __init__(self, config: EngineConfig | None = None, model=None, tokenizer=None,
-                 clock: Callable[[], float] = time.perf_counter, max_telemetry_steps: int | None = None) -> None:
+                 clock: Callable[[], float] = time.perf_counter, max_telemetry_steps: int | None = None,
+                 max_telemetry_requests: int | None = None) -> None:
         self.config = config or EngineConfig()
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
@@ -66,7 +67,7 @@ class Engine:
         # Weights are packed and every forward runs on the process's one device thread (see device.py).
         self._pool = device.executor()
         self.runner = device.run(ModelRunner, model, self.config)
-        self.telemetry = Telemetry(max_telemetry_steps)
+        self.telemetry = Telemetry(max_telemetry_steps, max_telemetry_requests)
         self._clock = clock
         self._t0 = clock()
         self._lock = threading.Lock()

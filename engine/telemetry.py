@@ -35,9 +35,12 @@ def request_record(seq: Sequence) -> Record:
 
 
 class Telemetry:
-    def __init__(self, max_steps: int | None = None) -> None:
+    def __init__(self, max_steps: int | None = None, max_requests: int | None = None) -> None:
+        """``max_steps``/``max_requests`` bound a long-running server's memory: the oldest step
+        records, and the oldest records of ended requests, are dropped first."""
         self.steps: deque[Record] = deque(maxlen=max_steps)
         self.requests: dict[int, Record] = {}
+        self.max_requests = max_requests
         self._events: list[Record] = []
         self._listeners: list[Callable[[str, Record], None]] = []
         self._lock = threading.Lock()
@@ -64,6 +67,10 @@ class Telemetry:
     def update_request(self, seq: Sequence) -> None:
         record = request_record(seq)
         self.requests[seq.id] = record
+        if self.max_requests is not None and len(self.requests) > self.max_requests:
+            ended = [rid for rid, r in self.requests.items() if r["finished"] is not None]
+            for rid in ended[: len(self.requests) - self.max_requests]:
+                del self.requests[rid]
         for fn in list(self._listeners):
             fn("request", record)
 

@@ -80,3 +80,16 @@ def test_metrics_on_known_records():
     assert s["kv_waste"] == 0.5
     assert abs(s["busy_fraction"] - 0.8) < 1e-12 and abs(s["overhead_fraction"] - 0.05) < 1e-12
     assert metrics.percentile([1, 2, 3, 4], 50) == 2.5 and metrics.percentile([7], 99) == 7
+
+
+def test_bounded_telemetry_drops_oldest_ended_requests_first(tiny):
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+
+    model, tok = tiny
+    engine = Engine(EngineConfig(model="tiny", dtype="float64", max_slots=2, kv_blocks=64, block_size=4),
+                    model=model, tokenizer=tok, max_telemetry_steps=5, max_telemetry_requests=3)
+    handles = [engine.submit(token_ids=[1 + i, 2], max_new_tokens=3, ignore_eos=True) for i in range(6)]
+    engine.run_until_idle()
+    assert len(engine.telemetry.steps) == 5
+    assert list(engine.telemetry.requests) == [h.id for h in handles[-3:]]
