@@ -55,9 +55,8 @@ class ModelRunner:
             if n == 1:
                 continue
             start = seq.num_cached
-            table = torch.tensor(seq.block_table, dtype=torch.long)
-            p = torch.arange(start + n)
-            ctx = table[p // self.block_size] * self.block_size + p % self.block_size
+            table = torch.tensor([seq.block_table], dtype=torch.long)
+            ctx = slots_from_block_tables(table, torch.tensor([start + n]), self.block_size)[0]
             ids.extend(seq.tokens(start, start + n))
             owners.extend([seq] * n)
             pos.extend(range(start, start + n))
