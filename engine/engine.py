@@ -5,6 +5,7 @@ effect between steps. ``step()`` runs on one thread (the server's engine thread,
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -16,7 +17,7 @@ import torch
 from engine import device
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.errors import FluxoError, InvalidConfig, KVBudgetTooSmall
+from engine.errors import FluxoError, InvalidConfig, KVBudgetTooSmall, StepFailed
 from engine.model import load_model
 from engine.llama import ForwardBatch
 from engine.model_runner import ModelRunner
@@ -24,6 +25,8 @@ from engine.scheduler import ScheduledBatch, Scheduler
 from engine.requests import RequestHandle, check_params, check_token_ids, encode
 from engine.sequence import PLACEHOLDER, Event, Sequence, Status
 from engine.telemetry import Record, Telemetry
+
+log = logging.getLogger("fluxo.engine")
 
 
 @dataclass(slots=True, eq=False)
@@ -124,6 +127,19 @@ class Engine:
             self._cancels.extend(ids)
         self._wake.set()
         return len(ids)
+
+    def cancel_all(self) -> int:
+        with self._lock:
+            ids = [s.id for s in list(self._live.values()) + self._incoming]
+            self._cancels.extend(ids)
+        self._wake.set()
+        return len(ids)
+
+    def queue_len(self) -> int:
+        """Requests submitted but not admitted yet (safe from any thread, approximate while stepping)."""
+        with self._lock:
+            incoming = len(self._incoming)
+        return incoming + len(self.scheduler.waiting)
 
     # -- control -----------------------------------------------------------------------------
     def reconfigure(self, **changes: object) -> EngineConfig:
@@ -227,12 +243,20 @@ class Engine:
             return self._step_async()
         if self._inflight is not None:  # switched from async: land the step still in flight first
             work, self._inflight = self._inflight, None
-            return self._finish(work, self._await(work))
+            try:
+                tokens = self._await(work)
+            except Exception as exc:  # noqa: BLE001
+                return self._fail(work, exc)
+            return self._finish(work, tokens)
         work = self._prepare()
         if work is None:
             return None
         self._launch(work, None)
-        return self._finish(work, self._await(work))
+        try:
+            tokens = self._await(work)
+        except Exception as exc:  # noqa: BLE001 - a failed forward fails its requests, not the engine
+            return self._fail(work, exc)
+        return self._finish(work, tokens)
 
     def _step_async(self) -> Record | None:
         prev = self._inflight
@@ -243,7 +267,16 @@ class Engine:
             self._launch(work, None)
             self._inflight = work
             return self._step_async()  # nothing to finish yet: prepare the next one right away
-        tokens = self._await(prev)
+        try:
+            tokens = self._await(prev)
+        except Exception as exc:  # noqa: BLE001
+            self._inflight = None
+            if work is not None:
+                # ``work`` was prepared to continue from ``prev``'s tokens, which never came. Nothing of
+                # it has been launched: its sequences keep their blocks and are scheduled again.
+                for event in work.events:
+                    self.telemetry.event(event["t"], event["kind"], **{k: v for k, v in event.items() if k not in ("t", "kind")})
+            return self._fail(prev, exc)
         if work is not None:
             self._launch(work, prev.tokens)
         self._inflight = work
@@ -313,6 +346,24 @@ class Engine:
         t_end = self.now()
         work.spans.append({"lane": "cpu_update", "start": t, "end": t_end})
         return self._record(work, t_end)
+
+    def _fail(self, work: _Work, exc: BaseException) -> Record:
+        """The step raised: every request it computed fails with ``step_failed``; the rest go on."""
+        log.exception("step failed; failing its %d requests", len(work.batch.items), exc_info=exc)
+        error = StepFailed(f"the engine step computing this request failed: {type(exc).__name__}: {exc}")
+        for seq, _ in work.batch.items:
+            self._end(seq, Status.FAILED, error)
+        work.events.append({"t": self.now(), "kind": "step_failed", "error": f"{type(exc).__name__}: {exc}"})
+        return self._record(work, self.now())
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Last resort after an error outside a forward: fail everything live, keep the engine up."""
+        with self._step_lock:
+            self._inflight = None
+            error = StepFailed(f"the engine failed: {type(exc).__name__}: {exc}")
+            for seq in list(self._live.values()):
+                self._end(seq, Status.FAILED, error)
+            self.telemetry.event(self.now(), "engine_error", error=f"{type(exc).__name__}: {exc}")
 
     def _detokenize(self, seq: Sequence, upto: int) -> str:
         """Text added by token ``upto - 1``; holds back bytes of a character not yet complete."""
@@ -395,8 +446,13 @@ class Engine:
                 self._wake.wait(0.05)
                 self._wake.clear()
                 continue
-            with self._step_lock:
-                record = None if self.paused else self.step()
+            try:
+                with self._step_lock:
+                    record = None if self.paused else self.step()
+            except Exception as exc:  # noqa: BLE001 - the server's engine must outlive any one bug
+                log.exception("engine step raised outside a forward")
+                self.fail_all(exc)
+                record = None
             if record is None:
                 self._wake.wait(0.005)
                 self._wake.clear()

@@ -40,3 +40,8 @@ class InvalidConfig(FluxoError):
 
 class UnknownRequest(FluxoError):
     code = "unknown_request"
+
+
+class StepFailed(FluxoError):
+    """The step computing this request raised; the request fails, the engine keeps serving."""
+    code = "step_failed"

@@ -91,3 +91,17 @@ def summarize(steps: list[Record], requests: list[Record]) -> dict[str, float]:
         "overhead_fraction": host / wall if wall else 0.0,
         "peak_running": max((sum(s["phase"] != "idle" for s in r["slots"]) for r in steps), default=0),
     }
+
+
+def summarize_window(steps: list[Record], requests: list[Record], since: float) -> dict[str, float | None]:
+    """``summarize`` over the steps that started at or after ``since`` and the tokens produced then
+    (the server's live headline numbers); NaN (no data yet) becomes None so it is valid JSON."""
+    recent = [r for r in steps if r["t_start"] >= since]
+    clipped = []
+    for r in requests:
+        times = [t for t in r["token_times"] if t >= since]
+        first = r["first_token"] if r["first_token"] is not None and r["first_token"] >= since else None
+        if times or (r["finished"] is None or r["finished"] >= since):
+            clipped.append({**r, "token_times": times, "first_token": first})
+    summary = summarize(recent, clipped)
+    return {k: (None if isinstance(v, float) and v != v else v) for k, v in summary.items()}

@@ -79,12 +79,19 @@ class Telemetry:
         self.requests.clear()
 
     # -- exports ---------------------------------------------------------------------------
+    def snapshot(self) -> tuple[list[Record], list[Record]]:
+        """Copies safe to read while the engine thread keeps recording (list() of a deque or of
+        dict values runs without releasing the GIL)."""
+        return list(self.steps), list(self.requests.values())
+
+    def jsonl(self) -> str:
+        steps, requests = self.snapshot()
+        lines = [json.dumps({"type": "step", **rec}) for rec in steps]
+        lines += [json.dumps({"type": "request", **rec}) for rec in requests]
+        return "".join(line + "\n" for line in lines)
+
     def to_jsonl(self, path: str | Path) -> None:
-        with open(path, "w") as f:
-            for rec in self.steps:
-                f.write(json.dumps({"type": "step", **rec}) + "\n")
-            for rec in self.requests.values():
-                f.write(json.dumps({"type": "request", **rec}) + "\n")
+        Path(path).write_text(self.jsonl())
 
     def chrome_trace(self) -> Record:
         """Chrome-trace / Perfetto JSON: one track per lane, one per request (queued, prefill, decode)."""
@@ -95,14 +102,15 @@ class Telemetry:
         ]
         for tid, lane in enumerate(LANES):
             events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name", "args": {"name": lane}})
-        for rec in self.steps:
+        steps, requests = self.snapshot()
+        for rec in steps:
             for span in rec["spans"]:
                 events.append({"ph": "X", "pid": 1, "tid": LANES.index(span["lane"]), "name": f"{span['lane']} #{rec['step']}",
                                "ts": span["start"] * us, "dur": max(0.0, span["end"] - span["start"]) * us,
                                "args": {"step": rec["step"], "policy": rec["policy"]}})
             for ev in rec["events"]:
                 events.append({"ph": "i", "pid": 1, "tid": 0, "s": "g", "name": ev["kind"], "ts": ev["t"] * us, "args": ev})
-        for req in self.requests.values():
+        for req in requests:
             phases = (("queued", req["arrival"], req["admitted"]), ("prefill", req["admitted"], req["first_token"]),
                       ("decode", req["first_token"], req["finished"]))
             events.append({"ph": "M", "pid": 2, "tid": req["id"], "name": "thread_name", "args": {"name": f"request {req['id']}"}})
