@@ -1,0 +1,54 @@
+"""Compare: the same workload replayed under two configurations, side by side, with measured ratios."""
+import pandas as pd
+import streamlit as st
+
+from app import charts, ui
+
+c, presenter = ui.page_setup("⚖️ Compare", "One workload, two configurations, each on a fresh engine with the same "
+                             "weights (the live engine keeps serving). The ratios are measured, not modelled.")
+
+PRESETS = {
+    "static vs continuous": ("batching", {"policy": "static"}, {"policy": "continuous"}),
+    "unchunked vs chunked": ("stall", {"policy": "continuous"}, {"policy": "chunked"}),
+    "reserved vs paged": ("memory", {"kv_layout": "reserved"}, {"kv_layout": "paged"}),
+    "sync vs async": ("overlap", {"runner": "sync"}, {"runner": "async"}),
+}
+p1, p2 = st.columns([2, 1])
+preset = p1.radio("what to compare", list(PRESETS), horizontal=True, key="cmp_preset", disabled=not presenter)
+scale = p2.slider("workload scale", 0.05, 1.0, 0.25, 0.05, key="cmp_scale", disabled=not presenter,
+                  help="Fewer requests run faster on a CPU; 1.0 is the benchmark's full workload.")
+workload, a_cfg, b_cfg = PRESETS[preset]
+st.caption(f"workload **{workload}** · A = `{a_cfg}` · B = `{b_cfg}`")
+if st.button("Run the comparison", key="cmp_run", type="primary", disabled=not presenter):
+    with st.spinner("Replaying the workload twice on the real engine…"):
+        answer = ui.send(c, "compare", timeout=600, workload=workload, a=a_cfg, b=b_cfg, scale=scale)
+    if answer is not None:
+        st.session_state["cmp_result"] = answer
+    st.rerun()
+
+result = st.session_state.get("cmp_result")
+if not result:
+    st.info("Pick a comparison and run it.")
+    st.stop()
+
+ratios = result.get("ratios", {})
+if ratios:
+    cols = st.columns(min(4, len(ratios)))
+    for i, (name, value) in enumerate(ratios.items()):
+        cols[i % len(cols)].metric(name.replace("_", " "), f"{value:.2f}×" if isinstance(value, (int, float)) else str(value))
+keys = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "slot_utilization", "dead_slot_fraction",
+        "kv_waste", "busy_fraction", "peak_running", "steps", "wall_s")
+table = pd.DataFrame({side: {k: result[side]["summary"].get(k) for k in keys} for side in ("a", "b")})
+table.columns = [f"A: {result['a']['config']}", f"B: {result['b']['config']}"]
+st.dataframe(table, use_container_width=True)
+left, right = st.columns(2, gap="large")
+for col, side in ((left, "a"), (right, "b")):
+    run = result[side]
+    steps = run["steps"]
+    people = {r["id"] for r in run.get("requests", []) if r.get("client") not in (None, "traffic")}
+    with col:
+        st.subheader(f"{side.upper()}: {', '.join(f'{k}={v}' for k, v in run['config'].items()) if isinstance(run['config'], dict) else run['config']}")
+        col.altair_chart(charts.slot_chart(steps, people, last=400, title="Slot occupancy"), use_container_width=True)
+        col.altair_chart(charts.stall_chart(steps, last=400), use_container_width=True)
+        col.altair_chart(charts.kv_chart(steps, height=200), use_container_width=True)
+        col.altair_chart(charts.lane_chart(steps), use_container_width=True)

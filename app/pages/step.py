@@ -1,0 +1,95 @@
+"""Step by step: pause the engine, advance one step, walk back and forth through the record."""
+import pandas as pd
+import streamlit as st
+
+from app import charts, ui
+
+c, presenter = ui.page_setup("👣 Step by step", "Pause the engine and look at one step at a time: who is in each slot, "
+                             "what it computed, what entered and what left.")
+
+state = c.snapshot(steps=0).state
+paused = bool(state.get("paused"))
+b1, b2, b3, b4 = st.columns([1, 1, 1, 3])
+if b1.button("⏸ Pause", key="pause", disabled=not presenter or paused):
+    ui.send(c, "pause")
+    st.rerun()
+if b2.button("⏭ Step once", key="step_once", disabled=not presenter or not paused, type="primary"):
+    ui.send(c, "step")
+    st.session_state.pop("step_at", None)  # follow the newest step
+    st.rerun()
+if b3.button("▶ Resume", key="resume", disabled=not presenter or not paused):
+    ui.send(c, "resume")
+    st.rerun()
+b4.markdown(f"**engine:** {'⏸ paused' if paused else '▶ running'} · step {state.get('step', 0)} · "
+            f"queue {state.get('queue_len', 0)} · running {state.get('running', 0)}")
+
+snap = c.snapshot()
+steps = snap.steps
+if not steps:
+    st.info("No steps recorded yet: send a chat or start traffic on the Live page, then pause here.")
+    st.stop()
+
+numbers = [r["step"] for r in steps]
+if st.session_state.get("step_at") not in numbers:
+    st.session_state["step_at"] = numbers[-1]
+n1, n2, n3 = st.columns([1, 4, 1])
+if n1.button("◀ back", key="back"):
+    i = numbers.index(st.session_state["step_at"])
+    st.session_state["step_at"] = numbers[max(0, i - 1)]
+if n3.button("forward ▶", key="fwd"):
+    i = numbers.index(st.session_state["step_at"])
+    st.session_state["step_at"] = numbers[min(len(numbers) - 1, i + 1)]
+at = n2.select_slider("recorded step", options=numbers, key="step_at")
+i = numbers.index(at)
+rec = steps[i]
+upto = steps[: i + 1]
+
+st.subheader(f"Step {rec['step']} · {rec['policy']} · {rec['runner']} · "
+             f"{1000 * (rec['t_end'] - rec['t_start']):.1f} ms")
+held = charts.request_kv_tokens(upto)
+bs = charts._block_size(rec)
+people = snap.people
+rows = []
+for s in rec["slots"]:
+    rid = s["request"]
+    tok = held.get(rid)
+    rows.append({"slot": s["slot"], "request": "" if rid is None else f"#{rid}",
+                 "who": "" if rid is None else ("person" if rid in people else "traffic"),
+                 "phase": charts._phase(s), "tokens this step": s["tokens"],
+                 "KV tokens": "" if tok is None else tok, "KV blocks": "" if tok is None else -(-tok // bs)})
+left, right = st.columns([3, 2], gap="large")
+with left:
+    st.markdown("**Batch composition**")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, use_container_width=True, height=min(40 + 36 * len(rows), 600))
+with right:
+    kv = rec["kv"]
+    st.markdown(f"**KV**: {kv['blocks_used']}/{kv['blocks_total']} blocks · {kv['tokens_stored']} tokens stored of "
+                f"{kv['tokens_allocated']} allocated")
+    st.markdown(f"**queue**: {rec['queue_len']} waiting")
+    by_id = {r["id"]: r for r in snap.requests}
+    why_admit = {"static": "a new static batch formed (slots filled or the fill timeout passed)",
+                 "continuous": "a slot and its prompt's KV were free, so it entered and its whole prompt was prefilled",
+                 "chunked": "a slot was free; its prompt is prefilled in chunks within the step's token budget"}
+    for rid in rec["admitted"]:
+        st.success(f"admitted #{rid}: {why_admit.get(rec['policy'], '')}")
+    for rid in rec["finished"]:
+        r = by_id.get(rid, {})
+        why = r.get("status", "ended")
+        if why == "finished":
+            why = f"finished after {r.get('output_tokens', '?')} tokens (EOS or max tokens)"
+        elif r.get("error"):
+            why = f"{why}: {r['error']}"
+        if rec["policy"] == "static" and why.startswith("finished"):
+            why += "; its slot stays dead until the whole batch ends"
+        st.info(f"ended #{rid}: {why}")
+    for rid in rec["preempted"]:
+        st.warning(f"preempted #{rid}: the KV pool ran out of blocks, so the newest running request gave its blocks "
+                   "back; it waits at the head of the queue and will be recomputed")
+    for ev in rec["events"]:
+        st.caption(f"event: {ev.get('kind')} {ev.get('changes', '')}")
+    if not (rec["admitted"] or rec["finished"] or rec["preempted"]):
+        st.caption("nothing entered or left in this step")
+
+st.altair_chart(charts.slot_chart(upto, people, last=60, with_overview=False, height=260,
+                                  title="Slots up to this step"), use_container_width=True)
+st.altair_chart(charts.kv_chart(upto, height=220), use_container_width=True)

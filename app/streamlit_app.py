@@ -1,0 +1,18 @@
+"""Fluxo lab page: the entry only routes (``streamlit run app/streamlit_app.py``)."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `streamlit run` puts app/ on the path; pages import app.* and engine.*
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+st.set_page_config(page_title="Fluxo lab", page_icon="🌊", layout="wide")
+HERE = Path(__file__).parent / "pages"
+st.navigation([
+    st.Page(HERE / "live.py", title="Live", icon="📡", default=True),
+    st.Page(HERE / "step.py", title="Step by step", icon="👣"),
+    st.Page(HERE / "compare.py", title="Compare", icon="⚖️"),
+    st.Page(HERE / "lessons.py", title="Lessons", icon="📚"),
+]).run()
