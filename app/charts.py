@@ -1,4 +1,9 @@
-"""Chart builders: pure functions from telemetry records to Altair charts.
+"""Chart builders: pure functions from telemetry records to Vega-Lite charts.
+
+Each builder returns a Vega-Lite spec as a plain dict (what Altair's ``to_dict`` would give;
+``as_altair`` turns one back into an Altair chart, validating it). Building the dicts directly
+costs a few milliseconds where Altair's object layer cost ~100 ms per chart, and the page
+redraws four of them every refresh.
 
 Every mark is a measured fact of the engine: a step record (``slots``, ``kv``, ``spans``,
 ``admitted``...) or a request record, as ``engine/telemetry.py`` writes them. Nothing is
@@ -18,7 +23,6 @@ import math
 from typing import Any, Iterable, Sequence
 
 import altair as alt
-import pandas as pd
 
 Record = dict[str, Any]
 
@@ -37,16 +41,41 @@ CHAT_COLOR = "#212529"  # outline of people's own chat requests
 FONT = 16  # readable from the back of a classroom
 
 
-def _scale(colors: dict[str, str], domain: Sequence[str]) -> alt.Scale:
-    return alt.Scale(domain=list(domain), range=[colors[k] for k in domain])
+def _scale(colors: dict[str, str], domain: Sequence[str]) -> dict:
+    return {"domain": list(domain), "range": [colors[k] for k in domain]}
 
 
-def style(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
-    """Large fonts everywhere; applied to every top-level chart this module returns."""
-    return (chart.configure_axis(labelFontSize=FONT, titleFontSize=FONT + 2, grid=False)
-            .configure_legend(labelFontSize=FONT, titleFontSize=FONT + 1, orient="top", symbolSize=220)
-            .configure_title(fontSize=FONT + 4, anchor="start")
-            .configure_view(strokeWidth=0))
+CONFIG = {
+    "axis": {"labelFontSize": FONT, "titleFontSize": FONT + 2, "grid": False},
+    "legend": {"labelFontSize": FONT, "titleFontSize": FONT + 1, "orient": "top", "symbolSize": 220},
+    "title": {"fontSize": FONT + 4, "anchor": "start", "subtitleFontSize": FONT - 1},
+    "view": {"strokeWidth": 0},
+}
+SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
+
+
+def spec(body: dict) -> dict:
+    """A top-level Vega-Lite spec with the shared styling (large fonts for the classroom)."""
+    return {"$schema": SCHEMA, "config": CONFIG, **body}
+
+
+def as_altair(vl: dict, validate: bool = True):
+    """The same chart as an Altair object (validated against Vega-Lite's schema by Altair)."""
+    kind = next((k for k in ("vconcat", "hconcat", "layer") if k in vl), None)
+    cls = {"vconcat": alt.VConcatChart, "hconcat": alt.HConcatChart, "layer": alt.LayerChart}.get(kind, alt.Chart)
+    return cls.from_dict(vl, validate=validate)
+
+
+def _data(rows: list[Record]) -> dict:
+    return {"values": rows}
+
+
+def _tip(*fields: str) -> list[dict]:
+    out = []
+    for f in fields:
+        name, _, typ = f.partition(":")
+        out.append({"field": name, "type": {"Q": "quantitative", "O": "ordinal", "N": "nominal"}[typ or "N"]})
+    return out
 
 
 def window(steps: Sequence[Record], last: int) -> list[Record]:
@@ -113,7 +142,7 @@ def overview(steps: Sequence[Record], bins: int = OVERVIEW_BINS) -> list[Record]
                 counts[_phase(s)] += 1
         for phase in PHASES:
             rows.append({"step": chunk[0]["step"], "step_end": chunk[-1]["step"] + 1, "phase": phase,
-                         "slots": counts[phase] / len(chunk)})
+                         "slots": counts[phase] / len(chunk), "order": PHASES.index(phase)})
     return rows
 
 
@@ -128,41 +157,51 @@ def _fit_window(steps: Sequence[Record], last: int, people: set[int], budget: in
 
 
 def slot_chart(steps: Sequence[Record], people: Iterable[int] = (), last: int = 300, height: int = 320,
-               with_overview: bool = True, title: str = "Slot occupancy") -> alt.TopLevelMixin:
-    """Slots x steps Gantt (one bar per span; people's chats outlined), queue length below it, and
-    an overview of the whole buffer."""
+               with_overview: bool = True, title: str = "Slot occupancy") -> dict:
+    """Slots x steps Gantt (one bar per span; people's chats outlined in black), queue length below
+    it, and an overview of the whole buffer."""
     people = set(people)
     budget = MAX_ROWS - (OVERVIEW_BINS * len(PHASES) if with_overview else 0) - last
     win, spans = _fit_window(steps, last, people, budget)
-    df = pd.DataFrame(spans or [{"slot": 0, "request": None, "phase": "idle", "start": 0, "end": 0, "tokens": 0, "who": "idle"}])
-    df["label"] = df["request"].map(lambda r: "" if r is None or pd.isna(r) else f"#{int(r)}")
+    rows = [{k: sp[k] for k in ("slot", "request", "phase", "start", "end", "tokens", "who")} for sp in spans]
     lo = win[0]["step"] if win else 0
     hi = (win[-1]["step"] + 1) if win else 1
-    x = alt.X("start:Q", title="step", scale=alt.Scale(domain=[lo, hi], nice=False))
-    bars = alt.Chart(df).mark_bar(height={"band": 0.85}).encode(
-        x=x, x2="end:Q",
-        y=alt.Y("slot:O", title="slot", axis=alt.Axis(labelFontSize=FONT - 2 if df["slot"].max() > 16 else FONT)),
-        color=alt.Color("phase:N", scale=_scale(PHASE_COLORS, PHASES), title="phase"),
-        stroke=alt.condition(alt.datum.who == "person", alt.value(CHAT_COLOR), alt.value(None)),
-        strokeWidth=alt.condition(alt.datum.who == "person", alt.value(3), alt.value(0)),
-        tooltip=["slot:O", "request:Q", "phase:N", "who:N", "start:Q", "end:Q", "tokens:Q"],
-    ).properties(height=height, width="container", title=title)
-    q = pd.DataFrame(queue_series(win) or [{"step": 0, "queue": 0}])
-    queue = alt.Chart(q).mark_area(color="#868E96", opacity=0.6, interpolate="step-after").encode(
-        x=alt.X("step:Q", title="step", scale=alt.Scale(domain=[lo, hi], nice=False)),
-        y=alt.Y("queue:Q", title="queue"),
-        tooltip=["step:Q", "queue:Q"],
-    ).properties(height=80, width="container")
+    xs = {"domain": [lo, hi], "nice": False, "zero": False}
+    many = max((r["slot"] for r in rows), default=0) > 16
+    person = "datum.who === 'person'"
+    bars = {
+        "data": _data(rows), "height": height, "width": "container",
+        "title": {"text": title, "subtitle": "one bar per (slot, request, phase) span · black outline: people's chats"},
+        "mark": {"type": "bar", "height": {"band": 0.85}},
+        "encoding": {
+            "x": {"field": "start", "type": "quantitative", "title": "step", "scale": xs},
+            "x2": {"field": "end"},
+            "y": {"field": "slot", "type": "ordinal", "title": "slot", "axis": {"labelFontSize": FONT - 4 if many else FONT}},
+            "color": {"field": "phase", "type": "nominal", "scale": _scale(PHASE_COLORS, PHASES), "title": "phase"},
+            "stroke": {"condition": {"test": person, "value": CHAT_COLOR}, "value": None},
+            "strokeWidth": {"condition": {"test": person, "value": 3}, "value": 0},
+            "tooltip": _tip("slot:O", "request:Q", "phase:N", "who:N", "start:Q", "end:Q", "tokens:Q"),
+        },
+    }
+    queue = {
+        "data": _data(queue_series(win)), "height": 80, "width": "container",
+        "mark": {"type": "area", "color": "#868E96", "opacity": 0.6, "interpolate": "step-after"},
+        "encoding": {"x": {"field": "step", "type": "quantitative", "title": "step", "scale": xs},
+                     "y": {"field": "queue", "type": "quantitative", "title": "queue"},
+                     "tooltip": _tip("step:Q", "queue:Q")},
+    }
     parts = [bars, queue]
     if with_overview and len(steps) > len(win):
-        ov = pd.DataFrame(overview(list(steps)))
-        parts.append(alt.Chart(ov).mark_bar().encode(
-            x=alt.X("step:Q", title="whole run (binned)"), x2="step_end:Q",
-            y=alt.Y("slots:Q", stack="zero", title="slots"),
-            color=alt.Color("phase:N", scale=_scale(PHASE_COLORS, PHASES), title="phase"),
-            tooltip=["step:Q", "phase:N", alt.Tooltip("slots:Q", format=".1f")],
-        ).properties(height=70, width="container"))
-    return style(alt.vconcat(*parts, spacing=8).resolve_scale(x="independent"))
+        parts.append({
+            "data": _data(overview(list(steps))), "height": 70, "width": "container",
+            "mark": {"type": "area", "interpolate": "step-after"},
+            "encoding": {"x": {"field": "step", "type": "quantitative", "title": "whole buffer (binned)", "scale": {"nice": False, "zero": False}},
+                         "y": {"field": "slots", "type": "quantitative", "stack": "zero", "title": "slots"},
+                         "color": {"field": "phase", "type": "nominal", "scale": _scale(PHASE_COLORS, PHASES), "title": "phase"},
+                         "order": {"field": "order", "type": "quantitative"},
+                         "tooltip": _tip("step:Q", "phase:N", "slots:Q")},
+        })
+    return spec({"vconcat": parts, "spacing": 8, "resolve": {"scale": {"x": "independent"}}})
 
 
 # -- admission stalls ----------------------------------------------------------------------------
@@ -204,32 +243,41 @@ def admission_markers(rows: Iterable[Record]) -> list[Record]:
              "requests": ", ".join(f"#{i}" for i in r["admitted_ids"])} for r in rows if r["admitted"]]
 
 
-def stall_chart(steps: Sequence[Record], last: int = 300, height: int = 300, title: str = "Admission stalls") -> alt.TopLevelMixin:
+def stall_chart(steps: Sequence[Record], last: int = 300, height: int = 300, title: str = "Admission stalls") -> dict:
     """ITL of running requests per step (median and max), prefill tokens of the step as bars on
     their own axis, and a rule on every step that admitted a request."""
-    rows = itl_per_step(steps)[-last:] if last else itl_per_step(steps)
-    df = pd.DataFrame(rows or [{"step": 0, "itl_ms": None, "itl_max_ms": None, "prefill_tokens": 0, "admitted": 0, "step_ms": 0}])
-    df = df.drop(columns=["admitted_ids"], errors="ignore")
+    rows = itl_per_step(steps)
+    rows = rows[-last:] if last else rows
     lo, hi = (rows[0]["step"], rows[-1]["step"] + 1) if rows else (0, 1)
-    x = alt.X("step:Q", title="step", scale=alt.Scale(domain=[lo, hi], nice=False))
-    long = df.melt(id_vars=["step"], value_vars=["itl_ms", "itl_max_ms"], var_name="series", value_name="ms").dropna()
-    long["series"] = long["series"].map({"itl_ms": "ITL median", "itl_max_ms": "ITL max"})
-    lines = alt.Chart(long).mark_line(strokeWidth=2.5, point=alt.OverlayMarkDef(size=18)).encode(
-        x=x, y=alt.Y("ms:Q", title="inter-token latency (ms)"),
-        color=alt.Color("series:N", scale=alt.Scale(domain=["ITL median", "ITL max"], range=["#1C7ED6", "#C92A2A"]), title=None),
-        tooltip=["step:Q", "series:N", alt.Tooltip("ms:Q", format=".1f")],
-    )
-    pre = alt.Chart(df[df["prefill_tokens"] > 0]).mark_bar(color=PHASE_COLORS["prefill"], opacity=0.35, width=4).encode(
-        x=x, y=alt.Y("prefill_tokens:Q", title="prefill tokens in the step", axis=alt.Axis(orient="right", titleColor=PHASE_COLORS["prefill"])),
-        tooltip=["step:Q", "prefill_tokens:Q"],
-    )
-    marks = pd.DataFrame(admission_markers(rows) or [{"step": None, "admitted": 0, "prefill_tokens": 0, "requests": ""}]).dropna()
-    rules = alt.Chart(marks).mark_rule(color=PHASE_COLORS["prefill"], strokeDash=[4, 3], strokeWidth=1.5).encode(
-        x=x, tooltip=["step:Q", "admitted:Q", "requests:N", "prefill_tokens:Q"])
-    ticks = alt.Chart(marks).mark_point(shape="triangle-down", size=160, filled=True, color=PHASE_COLORS["prefill"]).encode(
-        x=x, y=alt.value(0), tooltip=["step:Q", "admitted:Q", "requests:N", "prefill_tokens:Q"])
-    chart = alt.layer(pre, alt.layer(rules, lines, ticks)).resolve_scale(y="independent")
-    return style(chart.properties(height=height, width="container", title=title))
+    x = {"field": "step", "type": "quantitative", "title": "step", "scale": {"domain": [lo, hi], "nice": False, "zero": False}}
+    lines = [{"step": r["step"], "series": name, "ms": r[key]} for r in rows
+             for name, key in (("ITL median", "itl_ms"), ("ITL max", "itl_max_ms")) if r[key] is not None]
+    pre = [{"step": r["step"], "prefill_tokens": r["prefill_tokens"]} for r in rows if r["prefill_tokens"]]
+    marks = admission_markers(rows)
+    tip = _tip("step:Q", "admitted:Q", "requests:N", "prefill_tokens:Q")
+    orange = PHASE_COLORS["prefill"]
+    return spec({
+        "title": {"text": title, "subtitle": "ITL of running requests per step · orange: steps that admitted, and their prefill tokens"},
+        "height": height, "width": "container",
+        "resolve": {"scale": {"y": "independent"}},
+        "layer": [
+            {"data": _data(pre), "mark": {"type": "bar", "color": orange, "opacity": 0.3, "width": 4},
+             "encoding": {"x": x, "y": {"field": "prefill_tokens", "type": "quantitative", "title": "prefill tokens in the step",
+                                        "axis": {"orient": "right", "titleColor": orange}},
+                          "tooltip": _tip("step:Q", "prefill_tokens:Q")}},
+            {"layer": [
+                {"data": _data(marks), "mark": {"type": "rule", "color": orange, "strokeDash": [4, 3], "strokeWidth": 1.5},
+                 "encoding": {"x": x, "tooltip": tip}},
+                {"data": _data(lines), "mark": {"type": "line", "strokeWidth": 2.5, "point": {"size": 18}},
+                 "encoding": {"x": x, "y": {"field": "ms", "type": "quantitative", "title": "inter-token latency (ms)"},
+                              "color": {"field": "series", "type": "nominal", "title": None,
+                                        "scale": {"domain": ["ITL median", "ITL max"], "range": ["#1C7ED6", "#C92A2A"]}},
+                              "tooltip": _tip("step:Q", "series:N", "ms:Q")}},
+                {"data": _data(marks), "mark": {"type": "point", "shape": "triangle-down", "size": 200, "filled": True, "color": orange},
+                 "encoding": {"x": x, "y": {"value": 0}, "tooltip": tip}},
+            ]},
+        ],
+    })
 
 
 # -- KV memory -----------------------------------------------------------------------------------
@@ -306,24 +354,27 @@ def block_map(steps: Sequence[Record], max_cells: int = 1024) -> list[Record]:
     return cells
 
 
-def kv_chart(steps: Sequence[Record], last: int = 2000, height: int = 260, title: str = "KV memory") -> alt.TopLevelMixin:
+def kv_chart(steps: Sequence[Record], last: int = 2000, height: int = 260, title: str = "KV memory") -> dict:
     """Stored / allocated-unused / free KV tokens over time, beside the block map of the pool now."""
     win = window(steps, last)
-    df = pd.DataFrame(kv_series(win) or [{"step": 0, "state": "free", "tokens": 0, "order": 2}])
-    area = alt.Chart(df).mark_area(interpolate="step-after").encode(
-        x=alt.X("step:Q", title="step", scale=alt.Scale(nice=False)),
-        y=alt.Y("tokens:Q", stack="zero", title="KV tokens"),
-        color=alt.Color("state:N", scale=_scale(KV_COLORS, KV_STATES), title="KV"),
-        order=alt.Order("order:Q"),
-        tooltip=["step:Q", "state:N", alt.Tooltip("tokens:Q", format=".0f")],
-    ).properties(height=height, width=520, title=title)
-    cells = pd.DataFrame(block_map(win) or [{"row": 0, "col": 0, "state": "free", "request": None, "slot": None, "blocks": 0}])
-    grid = alt.Chart(cells).mark_rect(stroke="white", strokeWidth=0.5).encode(
-        x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None),
-        color=alt.Color("state:N", scale=_scale(KV_COLORS, KV_STATES), title="KV"),
-        tooltip=["state:N", "request:Q", "slot:Q", "blocks:Q"],
-    ).properties(height=height, width=height, title="block pool now")
-    return style(alt.hconcat(area, grid, spacing=24))
+    kv_color = {"field": "state", "type": "nominal", "scale": _scale(KV_COLORS, KV_STATES), "title": "KV"}
+    area = {
+        "data": _data(kv_series(win)), "height": height, "width": 520,
+        "title": {"text": title, "subtitle": "tokens stored · allocated but unused · free"},
+        "mark": {"type": "area", "interpolate": "step-after"},
+        "encoding": {"x": {"field": "step", "type": "quantitative", "title": "step", "scale": {"nice": False, "zero": False}},
+                     "y": {"field": "tokens", "type": "quantitative", "stack": "zero", "title": "KV tokens"},
+                     "color": kv_color, "order": {"field": "order", "type": "quantitative"},
+                     "tooltip": _tip("step:Q", "state:N", "tokens:Q")},
+    }
+    grid = {
+        "data": _data(block_map(win)), "height": height, "width": height,
+        "title": {"text": "block pool now", "subtitle": "one cell per block, grouped by owner"},
+        "mark": {"type": "rect", "stroke": "white", "strokeWidth": 0.5},
+        "encoding": {"x": {"field": "col", "type": "ordinal", "axis": None}, "y": {"field": "row", "type": "ordinal", "axis": None},
+                     "color": kv_color, "tooltip": _tip("state:N", "request:Q", "slot:Q", "blocks:Q")},
+    }
+    return spec({"hconcat": [area, grid], "spacing": 24})
 
 
 # -- CPU / device lanes --------------------------------------------------------------------------
@@ -346,41 +397,37 @@ def device_busy(spans: Sequence[Record]) -> float:
     return busy / wall if wall > 0 else 0.0
 
 
-def lane_chart(steps: Sequence[Record], last: int = 12, height: int = 230, title: str = "CPU / device timeline") -> alt.TopLevelMixin:
+def lane_chart(steps: Sequence[Record], last: int = 12, height: int = 230, title: str = "CPU / device timeline") -> dict:
+    """Measured spans per lane over the last steps: gaps in the compute lane are the device idle."""
     spans = lane_spans(steps, last)
-    df = pd.DataFrame(spans or [{"lane": "compute", "step": 0, "start_ms": 0.0, "end_ms": 0.0, "ms": 0.0}])
     runner = steps[-1]["runner"] if steps else ""
-    bars = alt.Chart(df).mark_bar(height={"band": 0.7}).encode(
-        x=alt.X("start_ms:Q", title="time (ms)"), x2="end_ms:Q",
-        y=alt.Y("lane:N", sort=list(LANES), scale=alt.Scale(domain=list(LANES)), title=None),
-        color=alt.Color("lane:N", scale=_scale(LANE_COLORS, LANES), legend=None),
-        tooltip=["lane:N", "step:Q", alt.Tooltip("ms:Q", format=".2f")],
-    )
-    labels = alt.Chart(df[df["lane"] == "compute"]).mark_text(dy=-16, fontSize=FONT - 3, color="#495057").encode(
-        x=alt.X("start_ms:Q"), y=alt.Y("lane:N", sort=list(LANES)), text=alt.Text("step:Q"))
     sub = f"{runner} runner · last {last} steps · device busy {100 * device_busy(spans):.0f}% of the time"
-    return style(alt.layer(bars, labels).properties(height=height, width="container",
-                                                     title=alt.TitleParams(title, subtitle=sub, subtitleFontSize=FONT - 1)))
+    return spec({
+        "data": _data(spans), "height": height, "width": "container",
+        "title": {"text": title, "subtitle": sub},
+        "mark": {"type": "bar", "height": {"band": 0.7}},
+        "encoding": {"x": {"field": "start_ms", "type": "quantitative", "title": "time (ms)"}, "x2": {"field": "end_ms"},
+                     "y": {"field": "lane", "type": "nominal", "sort": list(LANES), "scale": {"domain": list(LANES)}, "title": None},
+                     "color": {"field": "lane", "type": "nominal", "scale": _scale(LANE_COLORS, LANES), "legend": None},
+                     "tooltip": _tip("lane:N", "step:Q", "ms:Q")},
+    })
 
 
 # -- helpers for pages and tests -----------------------------------------------------------------
-def rows_sent(chart: alt.TopLevelMixin) -> int:
-    """How many data rows the chart's spec carries to the browser (all datasets together)."""
-    spec = chart.to_dict()
-    n = sum(len(v) for v in spec.get("datasets", {}).values())
-
+def rows_sent(vl: dict) -> int:
+    """How many data rows a spec carries to the browser (all datasets together)."""
     def walk(node: Any) -> int:
         if isinstance(node, dict):
-            k = len(node["data"]["values"]) if isinstance(node.get("data"), dict) and "values" in node["data"] else 0
-            return k + sum(walk(v) for key, v in node.items() if key != "data")
+            here = len(node["data"]["values"]) if isinstance(node.get("data"), dict) and "values" in node["data"] else 0
+            return here + sum(len(v) for v in node.get("datasets", {}).values()) + sum(walk(v) for k, v in node.items() if k not in ("data", "datasets"))
         if isinstance(node, list):
             return sum(walk(v) for v in node)
         return 0
 
-    return n + walk(spec)
+    return walk(vl)
 
 
-def all_charts(steps: Sequence[Record], people: Iterable[int] = (), last: int = 300) -> dict[str, alt.TopLevelMixin]:
+def all_charts(steps: Sequence[Record], people: Iterable[int] = (), last: int = 300) -> dict[str, dict]:
     steps = list(steps)
     return {"slots": slot_chart(steps, people, last), "stalls": stall_chart(steps, last),
             "kv": kv_chart(steps), "lanes": lane_chart(steps)}

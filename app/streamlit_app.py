@@ -8,11 +8,11 @@ if str(ROOT) not in sys.path:  # `streamlit run` puts app/ on the path; pages im
 
 import streamlit as st  # noqa: E402
 
-st.set_page_config(page_title="Fluxo lab", page_icon="🌊", layout="wide")
+st.set_page_config(page_title="Fluxo lab", page_icon=":material/waves:", layout="wide")
 HERE = Path(__file__).parent / "pages"
 st.navigation([
-    st.Page(HERE / "live.py", title="Live", icon="📡", default=True),
-    st.Page(HERE / "step.py", title="Step by step", icon="👣"),
-    st.Page(HERE / "compare.py", title="Compare", icon="⚖️"),
-    st.Page(HERE / "lessons.py", title="Lessons", icon="📚"),
+    st.Page(HERE / "live.py", title="Live", icon=":material/sensors:", default=True),
+    st.Page(HERE / "step.py", title="Step by step", icon=":material/footprint:"),
+    st.Page(HERE / "compare.py", title="Compare", icon=":material/compare:"),
+    st.Page(HERE / "lessons.py", title="Lessons", icon=":material/school:"),
 ]).run()

@@ -15,12 +15,12 @@ CSS = """
 <style>
 html, body, [class*="st-"] { font-size: 18px; }
 h1 { font-size: 2.3rem !important; }
-[data-testid="stMetricValue"] { font-size: 2.0rem; }
-[data-testid="stMetricLabel"] p { font-size: 1.05rem; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.1rem !important; font-weight: 600; }
+[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] * { font-size: 1.1rem !important; }
 .fluxo-legend span { display: inline-block; padding: 2px 10px; margin-right: 6px; border-radius: 4px; color: white; font-weight: 600; }
 </style>
 """
-STATUS_ICON = {"connected": "🟢", "connecting": "🟡", "disconnected": "🔴"}
+STATUS_ICON = {"connected": ":green[●]", "connecting": ":orange[●]", "disconnected": ":red[●]"}
 LIVE = ("policy", "runner", "kv_layout", "max_slots", "chunk_budget", "kv_blocks")
 CHOICES = {"policy": ("static", "continuous", "chunked"), "runner": ("sync", "async"), "kv_layout": ("reserved", "paged")}
 
@@ -59,11 +59,11 @@ def page_setup(title: str, caption: str) -> tuple[EngineClient, bool]:
         if os.environ.get("FLUXO_TOKEN") or c.role != "presenter":
             st.text_input("Presenter token", type="password", key="presenter_token",
                           help="Students watch and chat; the presenter's token unlocks the controls.")
-        st.markdown("**Role:** " + ("presenter 🎛️" if presenter else "viewer 👀"))
+        st.markdown("**Role:** " + (":blue[presenter] (controls on)" if presenter else ":gray[viewer] (chat and watch)"))
     st.title(title)
     st.caption(caption)
     if "last_error" in st.session_state:
-        st.error(st.session_state.pop("last_error"), icon="⚠️")
+        st.error(st.session_state.pop("last_error"), icon=":material/error:")
     return c, presenter
 
 
@@ -91,8 +91,10 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
         if name in config and synced.get(name) != config[name]:
             synced[name] = config[name]
             st.session_state[f"ctl_{name}"] = config[name]
-    cols = st.columns(len(keys))
-    for col, name in zip(cols, keys):
+    choices = [k for k in keys if k in CHOICES]
+    numbers = [k for k in keys if k not in CHOICES]
+    cols = (st.columns(len(choices)) if choices else []) + (st.columns(len(numbers)) if numbers else [])
+    for col, name in zip(cols, choices + numbers):
         with col:
             kw = dict(key=f"ctl_{name}", on_change=_on_toggle, args=(c, name), disabled=not presenter)
             if name in CHOICES:
@@ -151,9 +153,9 @@ def exports(c: EngineClient, key: str) -> None:
         st.session_state[f"{key}_export"] = data
     data = st.session_state.get(f"{key}_export")
     if data:
-        cols[1].download_button("⬇ JSON lines", data["jsonl"], "fluxo-telemetry.jsonl", "application/jsonl", key=f"{key}_jl")
-        cols[1].download_button("⬇ Chrome trace", data["chrome"], "fluxo-trace.json", "application/json", key=f"{key}_ct")
-    cols[2].caption("Each chart's ⋯ menu saves it as PNG or SVG.")
+        cols[1].download_button("JSON lines", data["jsonl"], "fluxo-telemetry.jsonl", "application/jsonl", key=f"{key}_jl", icon=":material/download:")
+        cols[1].download_button("Chrome trace", data["chrome"], "fluxo-trace.json", "application/json", key=f"{key}_ct", icon=":material/download:")
+    cols[2].caption("Each chart's ... menu saves it as PNG or SVG.")
 
 
 def legend() -> None:

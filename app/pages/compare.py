@@ -4,7 +4,7 @@ import streamlit as st
 
 from app import charts, ui
 
-c, presenter = ui.page_setup("⚖️ Compare", "One workload, two configurations, each on a fresh engine with the same "
+c, presenter = ui.page_setup("Compare", "One workload, two configurations, each on a fresh engine with the same "
                              "weights (the live engine keeps serving). The ratios are measured, not modelled.")
 
 PRESETS = {
@@ -40,7 +40,7 @@ keys = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "slot_utiliza
         "kv_waste", "busy_fraction", "peak_running", "steps", "wall_s")
 table = pd.DataFrame({side: {k: result[side]["summary"].get(k) for k in keys} for side in ("a", "b")})
 table.columns = [f"A: {result['a']['config']}", f"B: {result['b']['config']}"]
-st.dataframe(table, use_container_width=True)
+st.dataframe(table, width="stretch", theme=None)
 left, right = st.columns(2, gap="large")
 for col, side in ((left, "a"), (right, "b")):
     run = result[side]
@@ -48,7 +48,7 @@ for col, side in ((left, "a"), (right, "b")):
     people = {r["id"] for r in run.get("requests", []) if r.get("client") not in (None, "traffic")}
     with col:
         st.subheader(f"{side.upper()}: {', '.join(f'{k}={v}' for k, v in run['config'].items()) if isinstance(run['config'], dict) else run['config']}")
-        col.altair_chart(charts.slot_chart(steps, people, last=400, title="Slot occupancy"), use_container_width=True)
-        col.altair_chart(charts.stall_chart(steps, last=400), use_container_width=True)
-        col.altair_chart(charts.kv_chart(steps, height=200), use_container_width=True)
-        col.altair_chart(charts.lane_chart(steps), use_container_width=True)
+        col.vega_lite_chart(charts.slot_chart(steps, people, last=400, title="Slot occupancy"), width="stretch", theme=None)
+        col.vega_lite_chart(charts.stall_chart(steps, last=400), width="stretch", theme=None)
+        col.vega_lite_chart(charts.kv_chart(steps, height=200), width="stretch", theme=None)
+        col.vega_lite_chart(charts.lane_chart(steps), width="stretch", theme=None)

@@ -8,7 +8,7 @@ from app import ui
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 
-c, presenter = ui.page_setup("📚 Lessons", "Each lesson sets up a scenario on the live engine and says what to watch.")
+c, presenter = ui.page_setup("Lessons", "Each lesson sets up a scenario on the live engine and says what to watch.")
 
 
 def lesson_dirs() -> list[Path]:
@@ -47,7 +47,7 @@ with right:
         st.json(scenario["engine"], expanded=True)
     if scenario.get("traffic"):
         st.json(scenario["traffic"], expanded=False)
-    if st.button("▶ Set up this scenario", key="lesson_setup", type="primary", disabled=not presenter,
+    if st.button("Set up this scenario", key="lesson_setup", icon=":material/play_arrow:", type="primary", disabled=not presenter,
                  help=None if presenter else "Only the presenter sets up scenarios."):
         if setup_scenario(scenario):
             st.session_state["lesson_ok"] = name

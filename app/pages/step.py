@@ -4,23 +4,23 @@ import streamlit as st
 
 from app import charts, ui
 
-c, presenter = ui.page_setup("👣 Step by step", "Pause the engine and look at one step at a time: who is in each slot, "
+c, presenter = ui.page_setup("Step by step", "Pause the engine and look at one step at a time: who is in each slot, "
                              "what it computed, what entered and what left.")
 
 state = c.snapshot(steps=0).state
 paused = bool(state.get("paused"))
 b1, b2, b3, b4 = st.columns([1, 1, 1, 3])
-if b1.button("⏸ Pause", key="pause", disabled=not presenter or paused):
+if b1.button("Pause", key="pause", icon=":material/pause:", disabled=not presenter or paused):
     ui.send(c, "pause")
     st.rerun()
-if b2.button("⏭ Step once", key="step_once", disabled=not presenter or not paused, type="primary"):
+if b2.button("Step once", key="step_once", icon=":material/skip_next:", disabled=not presenter or not paused, type="primary"):
     ui.send(c, "step")
     st.session_state.pop("step_at", None)  # follow the newest step
     st.rerun()
-if b3.button("▶ Resume", key="resume", disabled=not presenter or not paused):
+if b3.button("Resume", key="resume", icon=":material/play_arrow:", disabled=not presenter or not paused):
     ui.send(c, "resume")
     st.rerun()
-b4.markdown(f"**engine:** {'⏸ paused' if paused else '▶ running'} · step {state.get('step', 0)} · "
+b4.markdown(f"**engine:** {'paused' if paused else 'running'} · step {state.get('step', 0)} · "
             f"queue {state.get('queue_len', 0)} · running {state.get('running', 0)}")
 
 snap = c.snapshot()
@@ -33,10 +33,10 @@ numbers = [r["step"] for r in steps]
 if st.session_state.get("step_at") not in numbers:
     st.session_state["step_at"] = numbers[-1]
 n1, n2, n3 = st.columns([1, 4, 1])
-if n1.button("◀ back", key="back"):
+if n1.button("Back", key="back", icon=":material/arrow_back:"):
     i = numbers.index(st.session_state["step_at"])
     st.session_state["step_at"] = numbers[max(0, i - 1)]
-if n3.button("forward ▶", key="fwd"):
+if n3.button("Forward", key="fwd", icon=":material/arrow_forward:"):
     i = numbers.index(st.session_state["step_at"])
     st.session_state["step_at"] = numbers[min(len(numbers) - 1, i + 1)]
 at = n2.select_slider("recorded step", options=numbers, key="step_at")
@@ -60,7 +60,7 @@ for s in rec["slots"]:
 left, right = st.columns([3, 2], gap="large")
 with left:
     st.markdown("**Batch composition**")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, use_container_width=True, height=min(40 + 36 * len(rows), 600))
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(40 + 36 * len(rows), 600))
 with right:
     kv = rec["kv"]
     st.markdown(f"**KV**: {kv['blocks_used']}/{kv['blocks_total']} blocks · {kv['tokens_stored']} tokens stored of "
@@ -90,6 +90,6 @@ with right:
     if not (rec["admitted"] or rec["finished"] or rec["preempted"]):
         st.caption("nothing entered or left in this step")
 
-st.altair_chart(charts.slot_chart(upto, people, last=60, with_overview=False, height=260,
-                                  title="Slots up to this step"), use_container_width=True)
-st.altair_chart(charts.kv_chart(upto, height=220), use_container_width=True)
+st.vega_lite_chart(charts.slot_chart(upto, people, last=60, with_overview=False, height=260,
+                                  title="Slots up to this step"), width="stretch", theme=None)
+st.vega_lite_chart(charts.kv_chart(upto, height=220), width="stretch", theme=None)
