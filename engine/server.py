@@ -167,7 +167,7 @@ class Server:
         metrics_task = asyncio.create_task(self._metrics_loop())
         try:
             async with websockets.serve(self._handle, self.host, self.port, max_size=16 * self.limits.max_message_bytes,
-                                        max_queue=64, compression=None) as server:
+                                        max_queue=64, compression=None, close_timeout=2) as server:
                 self._ws_server = server
                 self.port = server.sockets[0].getsockname()[1]
                 log.info("fluxo server on ws://%s:%d (%s)", self.host, self.port,
