@@ -1,0 +1,257 @@
+"""Lesson scenarios: a ``scenario.toml`` -> a seeded workload -> runs on fresh engines -> measured claims.
+
+The same canonical workloads serve the lessons (``python -m engine.lesson N``, tests/lessons) and
+the server's ``compare`` message, so the page replays exactly what a lesson measured.
+A workload is a list of groups; each group is one kind of traffic (prompt set, count, arrival
+pattern, output lengths). Scale < 1 shortens a run: a group shrinks its request count or its
+output lengths, whichever keeps the lesson's effect visible (its ``scale`` field says which).
+"""
+from __future__ import annotations
+
+import math
+import random
+import tomllib
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.bench import run
+from engine.config import LIVE_FIELDS, EngineConfig
+from engine.errors import InvalidConfig, UnknownMode
+from engine.metrics import inter_token_latencies, median, percentile, summarize
+from engine.requests import RequestHandle
+from engine.workloads import CHAT_PROMPTS, WorkItem, lognormal_lengths, long_prompt
+
+Spec = dict[str, Any]
+Result = dict[str, Any]
+LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
+CONFIG_FIELDS = (*LIVE_FIELDS, "dtype")  # what a scenario may set; the rest stays at EngineConfig's defaults
+
+
+def _group(**fields: Any) -> Spec:
+    base = {"prompts": "chat", "requests": 8, "arrival": "burst", "lengths": "uniform", "median": 32,
+            "sigma": 1.0, "max_tokens": 256, "seed": 0, "scale": "requests"}
+    base.update(fields)
+    return base
+
+
+# Canonical workloads. Each lesson's scenario.toml restates its [workload] and a test keeps the two equal.
+SPECS: dict[str, Spec] = {
+    # Lesson 1: the same short chat requests at 1, 2, 4 and 8 slots.
+    "sweep": {"engine": {"policy": "continuous", "max_slots": 8},
+              "groups": [_group(requests=8, median=32, scale="lengths")]},
+    # Lesson 2: a burst of chat requests with long-tailed forced lengths (seed 13: see the lesson's notes).
+    "batching": {"engine": {"max_slots": 8, "fill_timeout_s": 0.0},
+                 "groups": [_group(requests=48, lengths="lognormal", median=16, sigma=1.5, max_tokens=128, seed=13)]},
+    # Lesson 2's control: the same burst with every answer the same length.
+    "uniform": {"engine": {"max_slots": 8, "fill_timeout_s": 0.0},
+                "groups": [_group(requests=24, median=32)]},
+    # Lesson 3: six long decodes; meanwhile ~384-token prompts arrive once a second.
+    "stall": {"engine": {"max_slots": 8, "chunk_budget": 24},
+              "groups": [_group(requests=6, median=160, scale="lengths"),
+                         _group(prompts="long", prompt_tokens=384, requests=4, arrival="periodic", start_s=0.5,
+                                period_s=1.0, median=8)]},
+    # Lesson 4: chat answers of unknown length (natural EOS, capped at 128) under a 40-block KV budget.
+    "memory": {"engine": {"max_slots": 8, "kv_blocks": 40},
+               "groups": [_group(requests=16, lengths="natural", max_tokens=128)]},
+    # Lesson 5: a decode-heavy steady state, 8 slots, greedy so both runners must agree token for token.
+    "overlap": {"engine": {"max_slots": 8},
+                "groups": [_group(requests=8, median=96, scale="lengths")]},
+}
+
+
+def _prompts(group: Spec, tok, n: int) -> list[str]:
+    kind = group["prompts"]
+    if kind not in ("chat", "long", "mixed"):
+        raise InvalidConfig(f"unknown prompt set {kind!r}; choose chat, long or mixed")
+    chat = [CHAT_PROMPTS[i % len(CHAT_PROMPTS)] for i in range(n)]
+    if kind == "chat":
+        return chat
+    longs = [long_prompt(int(group.get("prompt_tokens", 384)), tok, i) for i in range(n)]
+    return longs if kind == "long" else [longs[i] if i % 2 else chat[i] for i in range(n)]
+
+
+def _lengths(group: Spec, n: int, scale: float) -> list[int]:
+    kind, hi = group["lengths"], int(group["max_tokens"])
+    if kind == "lognormal":
+        out = lognormal_lengths(n, group["median"], group["sigma"], 8, hi, group["seed"])
+    elif kind == "uniform":
+        out = [int(group["median"])] * n
+    elif kind == "natural":  # a cap, not a length: the model stops at its end-of-turn token
+        out = [hi] * n
+    else:
+        raise InvalidConfig(f"unknown length distribution {kind!r}; choose natural, lognormal or uniform")
+    # Scaling lengths keeps the step-count ratios between policies, so the effect stays the same size.
+    return [max(1, round(x * scale)) for x in out] if group["scale"] == "lengths" else out
+
+
+def _arrivals(group: Spec, n: int) -> list[float]:
+    kind = group["arrival"]
+    if kind == "burst":
+        return [0.0] * n
+    if kind == "periodic":
+        return [group["start_s"] + i * group["period_s"] for i in range(n)]
+    if kind == "poisson":  # seeded exponential gaps, as the server's traffic generator draws them
+        rng, t, out = random.Random(group["seed"] + 1), 0.0, []
+        for _ in range(n):
+            t += rng.expovariate(group["rate"])
+            out.append(t)
+        return out
+    raise InvalidConfig(f"unknown arrival pattern {kind!r}; choose burst, periodic or poisson")
+
+
+def build_workload(spec: Spec, tok, scale: float = 1.0) -> list[WorkItem]:
+    """All groups' items, in arrival order within each group (a run sorts them by arrival)."""
+    items: list[WorkItem] = []
+    for group in spec["groups"]:
+        n = group["requests"]
+        if group["scale"] == "requests":  # the prefix of the same seeded draw: a shorter run, same traffic
+            n = max(1, math.ceil(n * scale))
+        items += [WorkItem(p, m, a) for p, m, a in
+                  zip(_prompts(group, tok, n), _lengths(group, n, scale), _arrivals(group, n))]
+    return items
+
+
+def natural(spec: Spec) -> bool:
+    """True when answers end at EOS; a workload mixing natural and forced lengths is refused."""
+    kinds = {g["lengths"] == "natural" for g in spec["groups"]}
+    if len(kinds) > 1:
+        raise InvalidConfig("a workload's groups must all use natural lengths or all forced ones")
+    return kinds == {True}
+
+
+WORKLOADS: dict[str, Callable[[Any, float], list[WorkItem]]] = {
+    name: partial(lambda spec, tok, scale=1.0: build_workload(spec, tok, scale), spec) for name, spec in SPECS.items()}
+
+
+# -- one run -------------------------------------------------------------------------------------
+def measure(model, tok, spec: Spec, config: dict[str, Any], scale: float = 1.0) -> Result:
+    """Run ``spec`` on a fresh engine sharing ``model``'s weights; summary plus the lessons' extras."""
+    items = build_workload(spec, tok, scale)
+    handles: dict[int, RequestHandle] = {}
+    summary, engine = run(model, tok, items, ignore_eos=not natural(spec),
+                          on_submit=lambda i, h: handles.__setitem__(i, h), **config)
+    steps, requests = list(engine.telemetry.steps), list(engine.telemetry.requests.values())
+    summary.update(_extras(steps, requests, items, handles))
+    tokens = [handles[i].token_ids for i in range(len(items))]
+    return {"config": summary.pop("config"), "summary": summary, "steps": steps, "requests": requests, "tokens": tokens}
+
+
+def _extras(steps: list[dict], requests: list[dict], items: list[WorkItem], handles: dict[int, RequestHandle]) -> Result:
+    durations = [r["t_end"] - r["t_start"] for r in steps]
+    step_med = median(durations)
+    # Decode-only steps: one token per running sequence, no prefill spike. The median step's rate,
+    # not a sum: on a shared machine one step stalled by another process must not decide the lesson.
+    pure = [r["tokens"]["decode"] / d for r, d in zip(steps, durations) if r["tokens"]["prefill"] == 0 and d > 0]
+    # "Running" requests: those present from t=0 when others arrive later (their ITL is what a stall hurts).
+    later = any(it.arrival_s > 0 for it in items)
+    ids = {handles[i].id for i, it in enumerate(items) if not later or it.arrival_s == 0}
+    itl = inter_token_latencies(r for r in requests if r["id"] in ids)
+    spikes = [r for r, d in zip(steps, durations) if d > 3 * step_med]
+    occupied = sum(s["phase"] != "idle" for r in steps for s in r["slots"])
+    tokens = sum(len(r["token_times"]) for r in requests)
+    return {
+        "step_ms": 1000 * step_med,
+        "decode_tput": median(pure),
+        "tokens_per_step": tokens / len(steps) if steps else 0.0,
+        "running_itl_p50": median(itl), "running_itl_p99": percentile(itl, 99),
+        "running_itl_max": max(itl, default=float("nan")),
+        "running_itl_max_over_p50": max(itl, default=float("nan")) / median(itl),
+        "running_itl_p99_over_p50": percentile(itl, 99) / median(itl),
+        "spike_steps": len(spikes),
+        # Do the slow steps line up with admissions (a prompt being prefilled) or with load?
+        "spikes_with_prefill": sum(r["tokens"]["prefill"] > 0 for r in spikes) / len(spikes) if spikes else float("nan"),
+        "slot_steps_per_token": occupied / tokens if tokens else float("nan"),
+        "preemptions": sum(len(r["preempted"]) for r in steps),
+    }
+
+
+def engine_config(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Merge a base config and overrides, allowing only live fields and dtype; validated now."""
+    merged = {**base, **overrides}
+    unknown = set(merged) - set(CONFIG_FIELDS)
+    if unknown:
+        raise InvalidConfig(f"not a scenario config field: {', '.join(sorted(unknown))}; use {', '.join(CONFIG_FIELDS)}")
+    EngineConfig(**merged)  # raises a coded FluxoError on a bad value
+    return merged
+
+
+# -- compare: the server's `compare` message -----------------------------------------------------
+RATIO_KEYS = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "running_itl_max", "running_itl_p99",
+              "peak_running", "decode_tput")
+
+
+def compare(model, tok, workload: str, a: dict[str, Any], b: dict[str, Any], scale: float = 1.0) -> Result:
+    """Replay one canonical workload under configs ``a`` and ``b`` (fresh engines, same weights)."""
+    if workload not in SPECS:
+        raise UnknownMode(f"unknown workload {workload!r}; choose one of {', '.join(SPECS)}")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale <= 1:
+        raise InvalidConfig(f"scale must be in (0, 1], got {scale!r}")
+    spec = SPECS[workload]
+    configs = {k: engine_config(spec["engine"], v) for k, v in (("a", a), ("b", b))}  # both valid before either runs
+    out: Result = {"workload": workload}
+    for key, config in configs.items():
+        res = measure(model, tok, spec, config, scale)
+        res.pop("tokens")
+        out[key] = res
+    sa, sb = out["a"]["summary"], out["b"]["summary"]
+    ratios = {f"{k}_b_over_a": _ratio(sb[k], sa[k]) for k in RATIO_KEYS}
+    ratios.update(kv_waste_a=sa["kv_waste"], kv_waste_b=sb["kv_waste"], dead_slot_fraction_a=sa["dead_slot_fraction"],
+                  dead_slot_fraction_b=sb["dead_slot_fraction"], busy_fraction_a=sa["busy_fraction"],
+                  busy_fraction_b=sb["busy_fraction"])
+    out["ratios"] = ratios
+    return out
+
+
+def _ratio(x: float, y: float) -> float:
+    return x / y if y and not math.isnan(y) else float("nan")
+
+
+# -- lessons -------------------------------------------------------------------------------------
+def lesson_dirs() -> list[Path]:
+    return sorted(p for p in LESSONS_DIR.iterdir() if p.is_dir() and p.name[:2].isdigit())
+
+
+def lesson_dir(number: int) -> Path:
+    for p in lesson_dirs():
+        if int(p.name[:2]) == number:
+            return p
+    raise InvalidConfig(f"no lesson {number}; lessons: {', '.join(p.name for p in lesson_dirs())}")
+
+
+def load(path: Path) -> Spec:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def run_lesson(model, tok, scenario: Spec, short: bool = False) -> Result:
+    """Every [[run]] of a scenario, one after the other in this process, then its [[check]]s."""
+    wl = scenario["workload"]
+    base_scale = wl.get("short_scale", 0.5) if short else 1.0
+    runs: dict[str, Result] = {}
+    for r in scenario["run"]:
+        spec = SPECS[r.get("workload", wl["name"])]
+        overrides = {k: v for k, v in r.items() if k in CONFIG_FIELDS}
+        config = engine_config(scenario["engine"], overrides)
+        runs[r["name"]] = measure(model, tok, spec, config, base_scale * r.get("scale", 1.0))
+    checks = [evaluate(c, runs, short) for c in scenario["check"]]
+    return {"runs": runs, "checks": checks}
+
+
+OPS: dict[str, Callable[[float, float], bool]] = {">=": lambda x, t: x >= t, "<=": lambda x, t: x <= t,
+                                                   "==": lambda x, t: x == t}
+
+
+def evaluate(check: Spec, runs: dict[str, Result], short: bool = False) -> Result:
+    """One claim: a run's metric, or its ratio (or difference) to another run's, against a threshold."""
+    run_ = runs[check["run"]]
+    if check["metric"] == "same_tokens":  # token-for-token agreement of two runs of the same workload
+        value = float(run_["tokens"] == runs[check["over"]]["tokens"])
+    else:
+        value = run_["summary"][check["metric"]]
+        if "over" in check:
+            other = runs[check["over"]]["summary"][check["metric"]]
+            value = value - other if check.get("mode") == "diff" else _ratio(value, other)
+    threshold = check.get("short_threshold", check["threshold"]) if short else check["threshold"]
+    ok = not math.isnan(value) and OPS[check["op"]](value, threshold)
+    return {"claim": check["claim"], "op": check["op"], "threshold": threshold, "measured": value, "ok": ok}
