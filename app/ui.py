@@ -31,13 +31,19 @@ def _client(url: str, token: str | None) -> EngineClient:
 
 
 def client() -> EngineClient:
-    c = _client(os.environ.get("FLUXO_ENGINE_URL", "ws://127.0.0.1:8765"), os.environ.get("FLUXO_TOKEN") or None)
+    """The process's shared connection (a viewer's, unless the page itself holds FLUXO_TOKEN), or,
+    for a browser session that typed a presenter token the page does not hold, a connection of
+    its own made with that token (the engine decides whether it is right)."""
+    url = os.environ.get("FLUXO_ENGINE_URL", "ws://127.0.0.1:8765")
+    page_token = os.environ.get("FLUXO_TOKEN") or None
+    typed = st.session_state.get("presenter_token") or None
+    c = _client(url, typed if typed and not page_token else page_token)
     c.wait_connected(3.0)
     return c
 
 
 def is_presenter(c: EngineClient) -> bool:
-    """The engine must grant this connection presenter rights, and when the page has a token
+    """The engine must grant the connection presenter rights, and when the page holds the token
     (FLUXO_TOKEN), this browser session must have typed it: students see the page, not the knobs."""
     if c.role != "presenter":
         return False
@@ -56,7 +62,7 @@ def page_setup(title: str, caption: str) -> tuple[EngineClient, bool]:
             st.caption(c.error)
         if c.hello:
             st.caption(f"model {c.hello.get('model', '?')} · server {c.hello.get('version', '?')}")
-        if os.environ.get("FLUXO_TOKEN") or c.role != "presenter":
+        if os.environ.get("FLUXO_TOKEN") or c.token or c.role != "presenter":
             st.text_input("Presenter token", type="password", key="presenter_token",
                           help="Students watch and chat; the presenter's token unlocks the controls.")
         st.markdown("**Role:** " + (":blue[presenter] (controls on)" if presenter else ":gray[viewer] (chat and watch)"))
