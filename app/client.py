@@ -101,6 +101,7 @@ class EngineClient:
         self._waiters: list[tuple[str, set[str], asyncio.Future]] = []
         self._ws = None
         self._stop = threading.Event()
+        self._ready = threading.Event()  # connected, and the subscription's history has arrived
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="fluxo-ws", daemon=True)
         self._thread.start()
@@ -127,6 +128,7 @@ class EngineClient:
                         self.status, self.error = "disconnected", f"{type(exc).__name__}: {exc}"[:300]
             finally:
                 self._ws = None
+                self._ready.clear()
                 self._fail_waiters(EngineError("disconnected", "the connection to the engine closed"))
             if self._stop.is_set():
                 break
@@ -174,6 +176,7 @@ class EngineClient:
             elif kind == "history":
                 self._steps.clear()
                 self._steps.extend(msg.get("steps", []))
+                self._ready.set()
                 for r in msg.get("requests", []):
                     self._add_request(r)
             elif kind == "step":
@@ -287,12 +290,8 @@ class EngineClient:
             return self.state.get("role") or self.hello.get("role") or "viewer"
 
     def wait_connected(self, timeout: float = 10.0) -> bool:
-        end = time.time() + timeout
-        while time.time() < end:
-            if self.status == "connected" and self._ws is not None:
-                return True
-            time.sleep(0.05)
-        return False
+        """Wait until connected and the first telemetry (history) is in the buffers."""
+        return self._ready.wait(timeout) and self._ws is not None
 
     def close(self) -> None:
         self._stop.set()

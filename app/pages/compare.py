@@ -40,7 +40,7 @@ keys = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "slot_utiliza
         "kv_waste", "busy_fraction", "peak_running", "steps", "wall_s")
 table = pd.DataFrame({side: {k: result[side]["summary"].get(k) for k in keys} for side in ("a", "b")})
 table.columns = [f"A: {result['a']['config']}", f"B: {result['b']['config']}"]
-st.dataframe(table, width="stretch", theme=None)
+st.dataframe(table, width="stretch")
 left, right = st.columns(2, gap="large")
 for col, side in ((left, "a"), (right, "b")):
     run = result[side]

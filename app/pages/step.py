@@ -13,7 +13,8 @@ b1, b2, b3, b4 = st.columns([1, 1, 1, 3])
 if b1.button("Pause", key="pause", icon=":material/pause:", disabled=not presenter or paused):
     ui.send(c, "pause")
     st.rerun()
-if b2.button("Step once", key="step_once", icon=":material/skip_next:", disabled=not presenter or not paused, type="primary"):
+if b2.button("Step once", key="step_once", icon=":material/skip_next:", disabled=not presenter, type="primary",
+             help="One engine step; the engine must be paused first."):
     ui.send(c, "step")
     st.session_state.pop("step_at", None)  # follow the newest step
     st.rerun()
@@ -56,7 +57,7 @@ for s in rec["slots"]:
     rows.append({"slot": s["slot"], "request": "" if rid is None else f"#{rid}",
                  "who": "" if rid is None else ("person" if rid in people else "traffic"),
                  "phase": charts._phase(s), "tokens this step": s["tokens"],
-                 "KV tokens": "" if tok is None else tok, "KV blocks": "" if tok is None else -(-tok // bs)})
+                 "KV tokens": tok, "KV blocks": None if tok is None else -(-tok // bs)})
 left, right = st.columns([3, 2], gap="large")
 with left:
     st.markdown("**Batch composition**")

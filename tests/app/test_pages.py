@@ -1,0 +1,169 @@
+"""Every page, run by Streamlit's AppTest against a real engine server (tiny model) over real websockets."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from servers import start_engine, stop
+
+APP = Path(__file__).resolve().parents[2] / "app"
+
+
+@pytest.fixture
+def page(engine_server, monkeypatch):
+    monkeypatch.setenv("FLUXO_ENGINE_URL", engine_server)
+    monkeypatch.delenv("FLUXO_TOKEN", raising=False)
+
+    def run(name: str) -> AppTest:
+        at = AppTest.from_file(str(APP / "pages" / f"{name}.py"), default_timeout=60).run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    return run
+
+
+def wait_for(fn, timeout=15.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.1)
+    return fn()
+
+
+def test_entry_routes_to_the_live_page(engine_server, monkeypatch):
+    monkeypatch.setenv("FLUXO_ENGINE_URL", engine_server)
+    at = AppTest.from_file(str(APP / "streamlit_app.py"), default_timeout=60).run()
+    assert not at.exception
+    assert at.title[0].value == "Live"
+    at.switch_page(str(APP / "pages" / "step.py")).run()
+    assert at.title[0].value == "Step by step"
+
+
+def test_live_page_widgets_and_mode_toggle(page, probe):
+    at = page("live")
+    assert at.radio(key="ctl_policy").options == ["static", "continuous", "chunked"]
+    assert at.radio(key="ctl_runner").options == ["sync", "async"]
+    assert at.radio(key="ctl_kv_layout").options == ["reserved", "paged"]
+    for key in ("ctl_max_slots", "ctl_chunk_budget", "ctl_kv_blocks", "tr_median", "tr_max"):
+        assert not at.number_input(key=key).disabled
+    assert len(at.chat_input) == 1 and at.slider(key="tr_rate") is not None
+    assert {b.label for b in at.button} >= {"Start traffic", "Stop traffic", "Prepare telemetry export"}
+    assert at.radio(key="ctl_policy").value == "continuous"
+
+    at.radio(key="ctl_policy").set_value("static").run()
+    assert not at.error, [e.value for e in at.error]
+    assert wait_for(lambda: probe.state.get("config", {}).get("policy") == "static")
+    at.number_input(key="ctl_max_slots").set_value(4).run()
+    assert wait_for(lambda: probe.state.get("config", {}).get("max_slots") == 4)
+    # Someone else switches back: the page follows the server on its next run.
+    probe.request("control", policy="chunked")
+    at.run()
+    assert at.radio(key="ctl_policy").value == "chunked"
+
+
+def test_live_page_chat_and_traffic(page, probe):
+    at = page("live")
+    at.chat_input[0].set_value("What is the capital of France?").run()
+    chats = at.session_state["chats"]
+    assert len(chats) == 1
+    assert wait_for(lambda: chats[0].ended, 30), chats[0]
+    assert chats[0].status == "finished" and chats[0].tokens > 0 and chats[0].request is not None
+    at.button(key="tr_start").click().run()
+    assert wait_for(lambda: probe.state.get("traffic"))
+    assert wait_for(lambda: len(probe.snapshot().steps) > 20)
+    at.run()
+    assert at.get("vega_lite_chart"), "the four charts render once steps arrive"
+    assert len(at.get("vega_lite_chart")) == 4
+    assert [m.label for m in at.metric][:4] == ["useful tokens/s", "TTFT p50", "ITL p50", "ITL p99"]
+    at.button(key="tr_stop").click().run()
+    assert wait_for(lambda: probe.state.get("traffic") is None)
+
+
+def test_server_error_is_shown(page, probe):
+    """``step`` while the engine runs: the server answers ``not_paused`` and the page shows it."""
+    at = page("step")
+    assert not probe.state.get("paused")
+    at.button(key="step_once").click().run()
+    assert any("not_paused" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_step_page_pause_and_single_step(page, probe):
+    probe.request("traffic", action="start", rate=5.0, prompts="chat", lengths="uniform", median=200, max_tokens=256)
+    assert wait_for(lambda: len(probe.snapshot().steps) > 5)
+    at = page("step")
+    at.button(key="pause").click().run()
+    assert wait_for(lambda: probe.state.get("paused"))
+    at.run()
+    assert not at.button(key="step_once").disabled
+    before = probe.state["step"]
+    at.button(key="step_once").click().run()
+    assert wait_for(lambda: probe.state["step"] == before + 1)
+    at.run()
+    slider = at.select_slider(key="step_at")
+    assert str(slider.value) == slider.options[-1] == str(before + 1)  # the page follows the new step
+    table = at.dataframe[0].value
+    assert list(table.columns[:4]) == ["slot", "request", "who", "phase"]
+    assert len(table) >= 8
+    at.button(key="back").click().run()
+    assert at.subheader[0].value.startswith("Step ")
+    at.button(key="resume").click().run()
+    assert wait_for(lambda: not probe.state.get("paused"))
+
+
+def test_compare_page(page, probe):
+    at = page("compare")
+    assert at.radio(key="cmp_preset").options[0] == "static vs continuous"
+    at.slider(key="cmp_scale").set_value(0.1)
+    at.button(key="cmp_run").click().run(timeout=300)
+    assert not at.error, [e.value for e in at.error]
+    result = at.session_state["cmp_result"]
+    assert result["a"]["config"]["policy"] == "static" and result["b"]["config"]["policy"] == "continuous"
+    assert result["ratios"]
+    assert len(at.get("vega_lite_chart")) == 8  # the same four charts, side by side
+    assert len(at.dataframe) == 1
+
+
+def test_lessons_page_sets_up_a_scenario(page, probe):
+    at = page("lessons")
+    names = at.selectbox(key="lesson_name").options
+    if not names:
+        pytest.skip("no lessons in lessons/ yet")
+    assert at.radio(key="lesson_lang").options == ["pt-BR", "en"]
+    import tomllib
+
+    lesson = names[0]
+    scenario = tomllib.loads((APP.parent / "lessons" / lesson / "scenario.toml").read_text())
+    at.button(key="lesson_setup").click().run()
+    assert not at.error, [e.value for e in at.error]
+    config = probe.state.get("config", {})
+    for k, v in scenario.get("engine", {}).items():
+        assert config.get(k) == v, (k, config.get(k), v)
+    if scenario.get("traffic"):
+        assert wait_for(lambda: probe.state.get("traffic"))
+    at.radio(key="lesson_lang").set_value("en").run()
+    assert at.markdown
+
+
+def test_viewers_cannot_control(tmp_path, monkeypatch):
+    proc, url = start_engine(tmp_path, "--token", "s3cret")
+    try:
+        monkeypatch.setenv("FLUXO_ENGINE_URL", url)
+        monkeypatch.delenv("FLUXO_TOKEN", raising=False)
+        at = AppTest.from_file(str(APP / "pages" / "live.py"), default_timeout=60).run()
+        assert not at.exception
+        assert at.radio(key="ctl_policy").disabled and at.button(key="tr_start").disabled
+        assert len(at.chat_input) == 1  # viewers chat and watch
+        at.text_input(key="presenter_token").input("wrong").run()
+        assert at.radio(key="ctl_policy").disabled
+        at.text_input(key="presenter_token").input("s3cret").run()
+        assert not at.radio(key="ctl_policy").disabled
+        at.radio(key="ctl_policy").set_value("static").run()
+        assert not at.error, [e.value for e in at.error]
+    finally:
+        stop(proc)
