@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup lab test bench clean
+.PHONY: setup lab demo test bench clean
 
 setup: $(VENV)/.installed
 
@@ -16,6 +16,9 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 lab: setup
+	PY=$(PY) scripts/lab.sh
+
+demo: setup
 	$(PY) -m engine.demo
 
 test: setup
