@@ -12,7 +12,9 @@ def record(model, tok, n: int = 16, max_steps: int = 100_000, inject_every: int 
            clients: dict[int, str] | None = None, **config) -> Engine:
     """Submit a burst of ``n`` requests (forced lognormal lengths), optionally one more request with a
     long prompt every ``inject_every`` steps, and step until idle. Returns the engine (its telemetry)."""
-    cfg = dict(model="tiny", dtype="float64", max_slots=8, kv_blocks=1024, block_size=16, fill_timeout_s=0.0, chunk_budget=32)
+    # One thread: on a shared 2-core machine an OpenMP team of two spins against other processes.
+    cfg = dict(model="tiny", dtype="float64", max_slots=8, kv_blocks=1024, block_size=16, fill_timeout_s=0.0, chunk_budget=32,
+               threads=1)
     cfg.update(config)
     engine = Engine(EngineConfig(**cfg), model=model, tokenizer=tok)
     for i, it in enumerate(batching_workload(n)):
@@ -33,7 +35,7 @@ def record(model, tok, n: int = 16, max_steps: int = 100_000, inject_every: int 
 def record_big(model, tok, slots: int = 64, steps: int = 2000) -> Engine:
     """64 slots, 2,000 steps: a steady stream of requests (forced lengths), continuous policy."""
     cfg = dict(model="tiny", dtype="float64", max_slots=slots, kv_blocks=8192, block_size=16, fill_timeout_s=0.0,
-               policy="continuous")
+               policy="continuous", threads=1)
     engine = Engine(EngineConfig(**cfg), model=model, tokenizer=tok, max_telemetry_steps=steps)
     lengths = iter(lognormal_lengths(100_000, median=40, sigma=1.0, hi=256, seed=1))
     done = 0
