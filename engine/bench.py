@@ -231,14 +231,22 @@ def overlap(model, tok, slots: int = 8, new_tokens: int = 64, reps: int = 3) -> 
     return out
 
 
-SCENARIOS = {"batching": batching, "stall": stall, "memory": memory, "peer": peer, "dtype": dtype, "overlap": overlap}
+def server(model, tok) -> Result:
+    from engine.bench_server import server as run_server  # its own module: clients, a child process
+
+    return run_server(model, tok)
+
+
+SCENARIOS = {"batching": batching, "stall": stall, "memory": memory, "peer": peer, "dtype": dtype, "overlap": overlap,
+             "server": server}
 
 
 # -- report ----------------------------------------------------------------------------------------
 COLUMNS = (("throughput", "tok/s", 1), ("step_ms", "step ms", 1), ("busy_fraction", "busy", 3), ("wall_s", "wall s", 1), ("useful_tokens", "tokens", 0), ("ttft_p50", "TTFT p50", 2),
            ("itl_p50", "ITL p50", 3), ("itl_p99", "ITL p99", 3), ("itl_max", "ITL max", 3),
            ("slot_utilization", "slot use", 2), ("dead_slot_fraction", "dead", 2), ("kv_waste", "KV waste", 3),
-           ("peak_running", "peak seqs", 0))
+           ("peak_running", "peak seqs", 0), ("lag_p50_ms", "lag p50 ms", 1), ("lag_p99_ms", "lag p99 ms", 1),
+           ("requests_per_s", "req/s", 2))
 
 
 def table(name: str, result: Result) -> str:

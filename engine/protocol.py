@@ -134,6 +134,7 @@ class ChatArgs:
     top_p: float
     seed: int | None
     ref: str | None
+    ignore_eos: bool
 
 
 def chat_args(msg: dict, max_tokens: int) -> ChatArgs:
@@ -159,8 +160,11 @@ def chat_args(msg: dict, max_tokens: int) -> ChatArgs:
     seed = msg.get("seed")
     if seed is not None and (not _is_int(seed) or not 0 <= seed < 2**63):
         raise BadField(f"seed must be a non-negative integer or null, got {_show(seed)}")
+    ignore_eos = msg.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise BadField(f"ignore_eos must be true or false, got {_show(ignore_eos)}")
     return ChatArgs(messages, prompt, mt, get_float(msg, "temperature", 0.0, 0.0, 10.0),
-                    get_float(msg, "top_p", 1.0, 1e-6, 1.0), seed, get_str(msg, "ref", None, MAX_REF))
+                    get_float(msg, "top_p", 1.0, 1e-6, 1.0), seed, get_str(msg, "ref", None, MAX_REF), ignore_eos)
 
 
 def dumps(msg: dict[str, Any]) -> str:

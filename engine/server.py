@@ -39,7 +39,7 @@ VERSION = "1"
 class Limits:
     max_message_bytes: int = 64 * 1024
     max_open_requests: int = 8  # per client
-    max_requests_per_s: float = 10.0  # per client, token bucket with a burst of twice that
+    max_requests_per_s: float = 10.0  # per client: a token bucket with a burst of twice that (at least 1)
     queue_limit: int = 256  # requests waiting for a slot, all clients together
     subscriber_buffer: int = 64  # step records a slow subscriber may lag before the oldest drop
     max_outbox: int = 20_000  # unread replies/stream messages before a client is disconnected
@@ -95,9 +95,10 @@ class Connection:
     def take_request_token(self) -> bool:
         rate = self.limits.max_requests_per_s
         now = time.monotonic()
+        burst = max(1.0, 2 * rate)
         if self.bucket < 0:
-            self.bucket = 2 * rate
-        self.bucket = min(2 * rate, self.bucket + (now - self.bucket_t) * rate)
+            self.bucket = burst
+        self.bucket = min(burst, self.bucket + (now - self.bucket_t) * rate)
         self.bucket_t = now
         if self.bucket < 1:
             return False
@@ -342,6 +343,7 @@ class Server:
         holder: list[Sequence] = []
         handle = self.engine.submit(messages=args.messages, prompt=args.prompt, max_new_tokens=args.max_tokens,
                                     temperature=args.temperature, top_p=args.top_p, seed=args.seed, client=conn.id,
+                                    ignore_eos=args.ignore_eos,
                                     sink=lambda ev: self._from_engine(("event", conn, holder[0], ev)))
         holder.append(handle.seq)
         conn.open[handle.id] = {"ref": args.ref, "n": 0}
