@@ -129,8 +129,9 @@ def measure(model, tok, spec: Spec, config: dict[str, Any], scale: float = 1.0) 
     """Run ``spec`` on a fresh engine sharing ``model``'s weights; summary plus the lessons' extras."""
     items = build_workload(spec, tok, scale)
     handles: dict[int, RequestHandle] = {}
+    device = next(model.parameters()).device.type  # the server's model may live on CUDA
     summary, engine = run(model, tok, items, ignore_eos=not natural(spec),
-                          on_submit=lambda i, h: handles.__setitem__(i, h), **config)
+                          on_submit=lambda i, h: handles.__setitem__(i, h), **{"device": device, **config})
     steps, requests = list(engine.telemetry.steps), list(engine.telemetry.requests.values())
     summary.update(_extras(steps, requests, items, handles))
     tokens = [handles[i].token_ids for i in range(len(items))]
@@ -148,6 +149,11 @@ def _extras(steps: list[dict], requests: list[dict], items: list[WorkItem], hand
     ids = {handles[i].id for i, it in enumerate(items) if not later or it.arrival_s == 0}
     itl = inter_token_latencies(r for r in requests if r["id"] in ids)
     spikes = [r for r, d in zip(steps, durations) if d > 3 * step_med]
+    # Step cost by what a step carried, as medians of decode-only steps: robust to a step that
+    # another process on a shared CPU happened to stall, which a max or a p99 is not.
+    decode_med = median([d for r, d in zip(steps, durations) if r["tokens"]["prefill"] == 0])
+    admit_med = median([d for r, d in zip(steps, durations) if r["tokens"]["prefill"] >= 100])
+    prefill_med = median([d for r, d in zip(steps, durations) if r["tokens"]["prefill"] > 0])
     occupied = sum(s["phase"] != "idle" for r in steps for s in r["slots"])
     tokens = sum(len(r["token_times"]) for r in requests)
     return {
@@ -161,6 +167,9 @@ def _extras(steps: list[dict], requests: list[dict], items: list[WorkItem], hand
         "spike_steps": len(spikes),
         # Do the slow steps line up with admissions (a prompt being prefilled) or with load?
         "spikes_with_prefill": sum(r["tokens"]["prefill"] > 0 for r in spikes) / len(spikes) if spikes else float("nan"),
+        # A step that prefilled a long prompt (>= 100 tokens) against a plain decode step.
+        "long_prefill_step_over_decode": _ratio(admit_med, decode_med),
+        "prefill_step_over_decode": _ratio(prefill_med, decode_med),
         "slot_steps_per_token": occupied / tokens if tokens else float("nan"),
         "preemptions": sum(len(r["preempted"]) for r in steps),
     }

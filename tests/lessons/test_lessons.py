@@ -136,3 +136,19 @@ def test_lesson5_async_same_tokens_and_at_least_as_busy(model) -> None:
     busy_async = (r["async"]["busy_fraction"] + r["async-2"]["busy_fraction"]) / 2
     assert not math.isnan(busy_async) and busy_async >= busy_sync - 0.02, (busy_async, busy_sync)
     assert not _failed(r), _failed(r)
+
+
+def test_compare_replays_a_workload_under_two_configs(tiny) -> None:
+    """What the server's `compare` message calls: both runs, their records, and the ratios."""
+    from engine.scenario import compare
+
+    out = compare(*tiny, "uniform", {"policy": "static", "dtype": "float64"},
+                  {"policy": "continuous", "dtype": "float64"}, scale=0.2)
+    assert out["workload"] == "uniform" and out["a"]["config"]["policy"] == "static"
+    for side in ("a", "b"):
+        assert out[side]["summary"]["useful_tokens"] == 5 * 32 and out[side]["steps"] and out[side]["requests"]
+    assert math.isfinite(out["ratios"]["throughput_b_over_a"])
+    with pytest.raises(FluxoError):
+        compare(*tiny, "nope", {}, {}, 1.0)
+    with pytest.raises(FluxoError):
+        compare(*tiny, "uniform", {"policy": "oven"}, {}, 1.0)
