@@ -139,7 +139,11 @@ def measure(model, tok, spec: Spec, config: dict[str, Any], scale: float = 1.0) 
 
 
 def _extras(steps: list[dict], requests: list[dict], items: list[WorkItem], handles: dict[int, RequestHandle]) -> Result:
-    durations = [r["t_end"] - r["t_start"] for r in steps]
+    # A step's cost: its window, or the time since the previous step ended if shorter. Under the
+    # async runner windows overlap (a step is prepared while the previous one computes), so the
+    # interval between step ends is what a step really costs; under sync the window is.
+    ends = [steps[0]["t_start"]] + [r["t_end"] for r in steps[:-1]] if steps else []
+    durations = [min(r["t_end"] - r["t_start"], r["t_end"] - e) for r, e in zip(steps, ends)]
     step_med = median(durations)
     # Decode-only steps: one token per running sequence, no prefill spike. The median step's rate,
     # not a sum: on a shared machine one step stalled by another process must not decide the lesson.
