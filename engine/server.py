@@ -46,6 +46,7 @@ class Limits:
     abuse_errors: int = 2_000  # errors in 10 s before a client is disconnected
     history: int = 300  # default steps sent on subscribe
     metrics_window_s: float = 30.0
+    keepalive_s: float = 20.0  # ping interval; a client that answers no ping for as long is dropped
 
     def public(self, engine: Engine) -> dict[str, Any]:
         return {"max_message_bytes": self.max_message_bytes, "max_open_requests": self.max_open_requests,
@@ -63,7 +64,7 @@ class Connection:
     subscribed: bool = False
     out: deque[str] = field(default_factory=deque)
     latest: dict[str, str] = field(default_factory=dict)  # state / metrics: only the newest matters
-    tele: deque[str] = field(default_factory=deque)
+    tele: deque[tuple[str, str]] = field(default_factory=deque)
     skipped: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     bucket: float = -1.0  # starts full (see take_request_token)
@@ -85,11 +86,13 @@ class Connection:
         self.latest[kind] = text
         self.wake.set()
 
-    def send_step(self, record_json: str) -> None:
+    def send_telemetry(self, kind: str, text: str) -> None:
+        """Step records (``text`` is the record) and ended-request records (the whole message): a
+        lagging subscriber loses the oldest and is told how many in its next ``step``."""
         if len(self.tele) >= self.limits.subscriber_buffer:
             self.tele.popleft()
             self.skipped += 1
-        self.tele.append(record_json)
+        self.tele.append((kind, text))
         self.wake.set()
 
     def take_request_token(self) -> bool:
@@ -123,8 +126,9 @@ class Connection:
                 elif self.latest:
                     text = self.latest.pop(next(iter(self.latest)))
                 else:
-                    record, skipped, self.skipped = self.tele.popleft(), self.skipped, 0
-                    text = f'{{"type":"step","skipped":{skipped},"record":{record}}}'
+                    kind, text = self.tele.popleft()
+                    if kind == "step":
+                        text, self.skipped = f'{{"type":"step","skipped":{self.skipped},"record":{text}}}', 0
                 await self.ws.send(text)
 
 
@@ -168,7 +172,8 @@ class Server:
         metrics_task = asyncio.create_task(self._metrics_loop())
         try:
             async with websockets.serve(self._handle, self.host, self.port, max_size=16 * self.limits.max_message_bytes,
-                                        max_queue=64, compression=None, close_timeout=2) as server:
+                                        max_queue=64, compression=None, close_timeout=2,
+                                        ping_interval=self.limits.keepalive_s, ping_timeout=self.limits.keepalive_s) as server:
                 self._ws_server = server
                 self.port = server.sockets[0].getsockname()[1]
                 log.info("fluxo server on ws://%s:%d (%s)", self.host, self.port,
@@ -224,15 +229,10 @@ class Server:
             kind = item[0]
             if kind == "event":
                 self._deliver(*item[1:])
-            elif subscribers and kind == "step":
-                text = dumps(item[1])
+            elif subscribers:
+                text = dumps(item[1]) if kind == "step" else dumps({"type": "request", "record": item[1]})
                 for conn in subscribers:
-                    conn.send_step(text)
-            elif subscribers and kind == "request":
-                text = dumps({"type": "request", "record": item[1]})
-                for conn in subscribers:
-                    conn.out.append(text)
-                    conn.wake.set()
+                    conn.send_telemetry(kind, text)
 
     def _deliver(self, conn: Connection, seq: Sequence, event: Event) -> None:
         entry = conn.open.get(seq.id)
