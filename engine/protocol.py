@@ -63,6 +63,10 @@ class NotPaused(FluxoError):
     code = "not_paused"
 
 
+class NothingToRun(FluxoError):
+    code = "nothing_to_run"
+
+
 class CompareRunning(FluxoError):
     code = "compare_running"
 

@@ -412,8 +412,10 @@ class Server:
     async def _on_step(self, conn: Connection, msg: dict) -> None:
         if not self.engine.paused:
             raise protocol.NotPaused("step works while the engine is paused; send pause first")
-        await asyncio.to_thread(self.engine.single_step)
+        record = await asyncio.to_thread(self.engine.single_step)
         self.broadcast_state()
+        if record is None:
+            raise protocol.NothingToRun("nothing is queued or running (or a static batch is still filling): the step did nothing")
 
     async def _on_traffic(self, conn: Connection, msg: dict) -> None:
         action = msg.get("action")
@@ -434,8 +436,9 @@ class Server:
         while True:
             arrival = source.next()
             await asyncio.sleep(arrival.delay_s)
-            # Paused (step by step) or full: the arrival is dropped, so the queue cannot pile up unseen.
-            if self.engine.paused or self.engine.queue_len() >= self.limits.queue_limit:
+            # Arrivals go on while the engine is paused (the queue visibly grows, and stepping has work);
+            # beyond the queue limit they are dropped and counted, as a real server would refuse them.
+            if self.engine.queue_len() >= self.limits.queue_limit:
                 self.traffic_stats["dropped"] += 1
                 continue
             try:

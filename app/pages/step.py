@@ -1,4 +1,6 @@
 """Step by step: pause the engine, advance one step, walk back and forth through the record."""
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -15,7 +17,14 @@ if b1.button("Pause", key="pause", icon=":material/pause:", disabled=not present
     st.rerun()
 if b2.button("Step once", key="step_once", icon=":material/skip_next:", disabled=not presenter, type="primary",
              help="One engine step; the engine must be paused first."):
-    ui.send(c, "step")
+    answer = ui.send(c, "step")
+    # The state answer can overtake the step's own record on the wire: wait for the record.
+    target = (answer or {}).get("step", 0)
+    for _ in range(60):
+        newest = c.snapshot(steps=1).steps
+        if newest and newest[-1]["step"] >= target:
+            break
+        time.sleep(0.05)
     st.session_state.pop("step_at", None)  # follow the newest step
     st.rerun()
 if b3.button("Resume", key="resume", icon=":material/play_arrow:", disabled=not presenter or not paused):

@@ -100,7 +100,8 @@ def test_the_lab_in_a_browser(lab):
         page.screenshot(path=str(ARTIFACTS / "03-continuous-traffic.png"))
         assert slot_phases(page) != static_text
 
-        # Step by step: pause, step once.
+        # Step by step: pause, step once (a long answer in flight, so the step has work whatever the traffic did).
+        probe.request("chat", prompt="Tell me a long story.", max_tokens=200, ignore_eos=True)
         page.get_by_role("link", name="Step by step").click()
         expect(page.get_by_role("heading", name="Step by step")).to_be_visible()
         page.get_by_role("button", name="Pause").click()
