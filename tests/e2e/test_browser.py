@@ -100,6 +100,13 @@ def test_the_lab_in_a_browser(lab):
         page.screenshot(path=str(ARTIFACTS / "03-continuous-traffic.png"))
         assert slot_phases(page) != static_text
 
+        # Each chart saves as PNG from its toolbar (Streamlit's "Download as PNG").
+        page.locator(".vega-embed").first.hover()
+        with page.expect_download() as download:
+            page.get_by_role("button", name="Download as PNG").first.click()
+        png = Path(download.value.path()).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
+
         # Step by step: pause, step once (a long answer in flight, so the step has work whatever the traffic did).
         probe.request("chat", prompt="Tell me a long story.", max_tokens=200, ignore_eos=True)
         page.get_by_role("link", name="Step by step").click()
