@@ -9,7 +9,9 @@ if str(ROOT) not in sys.path:  # `streamlit run` puts app/ on the path; pages im
 import streamlit as st  # noqa: E402
 
 st.set_page_config(page_title="Fluxo lab", page_icon=":material/waves:", layout="wide")
-HERE = Path(__file__).parent / "pages"
+# Not "pages/": Streamlit would also auto-discover that folder as a legacy multipage app, and a
+# direct link such as /lessons would open the page outside this entry (no wide layout, odd menu).
+HERE = Path(__file__).parent / "views"
 st.navigation([
     st.Page(HERE / "live.py", title="Live", icon=":material/sensors:", default=True),
     st.Page(HERE / "step.py", title="Step by step", icon=":material/footprint:"),

@@ -14,7 +14,10 @@ from engine.metrics import summarize
 CSS = """
 <style>
 html, body, [class*="st-"] { font-size: 18px; }
-h1 { font-size: 2.3rem !important; }
+/* Readable from the back of the room: headings keep their size over the 18px body rule above. */
+h1, h1 * { font-size: 2.4rem !important; font-weight: 700 !important; }
+h2, h2 * { font-size: 1.75rem !important; font-weight: 650 !important; }
+h3, h3 * { font-size: 1.4rem !important; font-weight: 600 !important; }
 [data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.1rem !important; font-weight: 600; }
 [data-testid="stMetricLabel"], [data-testid="stMetricLabel"] * { font-size: 1.1rem !important; }
 .fluxo-legend span { display: inline-block; padding: 2px 10px; margin-right: 6px; border-radius: 4px; color: white; font-weight: 600; }

@@ -19,7 +19,7 @@ def page(engine_server, monkeypatch):
     monkeypatch.delenv("FLUXO_TOKEN", raising=False)
 
     def run(name: str) -> AppTest:
-        at = AppTest.from_file(str(APP / "pages" / f"{name}.py"), default_timeout=60).run()
+        at = AppTest.from_file(str(APP / "views" / f"{name}.py"), default_timeout=60).run()
         assert not at.exception, [e.value for e in at.exception]
         return at
 
@@ -41,7 +41,7 @@ def test_entry_routes_to_the_live_page(engine_server, monkeypatch):
     at = AppTest.from_file(str(APP / "streamlit_app.py"), default_timeout=60).run()
     assert not at.exception
     assert at.title[0].value == "Live"
-    at.switch_page(str(APP / "pages" / "step.py")).run()
+    at.switch_page(str(APP / "views" / "step.py")).run()
     assert at.title[0].value == "Step by step"
 
 
@@ -155,7 +155,7 @@ def test_viewers_cannot_control(tmp_path, monkeypatch):
     try:
         monkeypatch.setenv("FLUXO_ENGINE_URL", url)
         monkeypatch.delenv("FLUXO_TOKEN", raising=False)
-        at = AppTest.from_file(str(APP / "pages" / "live.py"), default_timeout=60).run()
+        at = AppTest.from_file(str(APP / "views" / "live.py"), default_timeout=60).run()
         assert not at.exception
         assert at.radio(key="ctl_policy").disabled and at.button(key="tr_start").disabled
         assert len(at.chat_input) == 1  # viewers chat and watch

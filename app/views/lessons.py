@@ -40,13 +40,14 @@ name = st.selectbox("lesson", names, key="lesson_name")
 folder = LESSONS / name
 text_path = folder / f"{lang}.md"
 scenario = tomllib.loads((folder / "scenario.toml").read_text())
-left, right = st.columns([3, 1], gap="large")
+left, right = st.columns([5, 2], gap="large")
 with right:
     st.markdown("**Scenario**")
-    if scenario.get("engine"):
-        st.json(scenario["engine"], expanded=True)
-    if scenario.get("traffic"):
-        st.json(scenario["traffic"], expanded=False)
+    # One line per setting: legible in a narrow column, and the same words as scenario.toml.
+    for table in ("engine", "traffic"):
+        if scenario.get(table):
+            lines = "\n".join(f"{k} = {v!r}" for k, v in scenario[table].items())
+            st.code(f"[{table}]\n{lines}", language="toml")
     if st.button("Set up this scenario", key="lesson_setup", icon=":material/play_arrow:", type="primary", disabled=not presenter,
                  help=None if presenter else "Only the presenter sets up scenarios."):
         if setup_scenario(scenario):

@@ -31,11 +31,22 @@ if not result:
     st.info("Pick a comparison and run it.")
     st.stop()
 
+def _fmt(name: str, value: object) -> str:
+    """Ratios read as ×; fractions (KV waste, dead slots, busy) as percentages."""
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if "_over_" in name:
+        return f"{value:.2f}×"
+    if "fraction" in name or "waste" in name:
+        return f"{100 * value:.0f}%"
+    return f"{value:.3g}"
+
+
 ratios = result.get("ratios", {})
 if ratios:
     cols = st.columns(min(4, len(ratios)))
     for i, (name, value) in enumerate(ratios.items()):
-        cols[i % len(cols)].metric(name.replace("_", " "), f"{value:.2f}×" if isinstance(value, (int, float)) else str(value))
+        cols[i % len(cols)].metric(name.replace("_", " "), _fmt(name, value))
 keys = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "slot_utilization", "dead_slot_fraction",
         "kv_waste", "busy_fraction", "peak_running", "steps", "wall_s")
 table = pd.DataFrame({side: {k: result[side]["summary"].get(k) for k in keys} for side in ("a", "b")})
@@ -45,7 +56,7 @@ left, right = st.columns(2, gap="large")
 for col, side in ((left, "a"), (right, "b")):
     run = result[side]
     steps = run["steps"]
-    people = {r["id"] for r in run.get("requests", []) if r.get("client") not in (None, "traffic")}
+    people: set[int] = set()  # a replay is synthetic: nobody's own chat is in it
     with col:
         st.subheader(f"{side.upper()}: {', '.join(f'{k}={v}' for k, v in run['config'].items()) if isinstance(run['config'], dict) else run['config']}")
         col.vega_lite_chart(charts.slot_chart(steps, people, last=400, title="Slot occupancy"), width="stretch", theme=None)
