@@ -172,4 +172,19 @@ def chat_args(msg: dict, max_tokens: int) -> ChatArgs:
 
 
 def dumps(msg: dict[str, Any]) -> str:
-    return json.dumps(msg, separators=(",", ":"), allow_nan=False)
+    """Strict JSON for every client (browsers reject NaN): a ratio of nothing over nothing, or a
+    percentile of no data, is sent as null."""
+    try:
+        return json.dumps(msg, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(msg), separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
