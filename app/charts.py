@@ -187,7 +187,8 @@ def slot_chart(steps: Sequence[Record], people: Iterable[int] = (), last: int = 
         "data": _data(queue_series(win)), "height": 80, "width": "container",
         "mark": {"type": "area", "color": "#868E96", "opacity": 0.6, "interpolate": "step-after"},
         "encoding": {"x": {"field": "step", "type": "quantitative", "title": "step", "scale": xs},
-                     "y": {"field": "queue", "type": "quantitative", "title": "queue"},
+                     "y": {"field": "queue", "type": "quantitative", "title": "queue", "axis": {"format": "d", "tickMinStep": 1},
+                           "scale": {"domainMin": 0, "nice": True}},
                      "tooltip": _tip("step:Q", "queue:Q")},
     }
     parts = [bars, queue]
