@@ -35,6 +35,15 @@ class Client:
             if pred(msg):
                 return msg
 
+    async def drain(self, quiet_s: float) -> list[dict]:
+        """Everything that arrives until nothing has for ``quiet_s`` (what must *not* come, comes here)."""
+        out = []
+        while True:
+            try:
+                out.append(await self.recv(quiet_s))
+            except asyncio.TimeoutError:
+                return out
+
     async def chat(self, prompt: str, max_tokens: int = 16, **extra: Any) -> tuple[int, str, dict, list[dict]]:
         """One chat to its end: (request id, streamed text, terminal message, token messages)."""
         ref = extra.pop("ref", f"r{id(prompt)}-{len(self.seen)}")

@@ -27,11 +27,7 @@ def test_64_clients_5_requests_each_all_end_exactly_once(serve):
             if msg["type"] in ("done", "error"):
                 ends.append(msg)
         await asyncio.sleep(0.2)  # a duplicate terminal message would arrive here
-        while True:
-            try:
-                msg = await c.recv(0.05)
-            except asyncio.TimeoutError:
-                break
+        for msg in await c.drain(0.05):
             assert msg["type"] not in ("done", "error", "token") or msg.get("ref") not in refs, msg
         await c.ws.close()
         assert sorted(m["ref"] for m in ends) == sorted(refs)

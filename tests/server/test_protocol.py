@@ -41,11 +41,7 @@ def test_hello_state_and_exactly_one_terminal_message(serve):
         rid, _, done, _ = await c.chat("Say hi.", 6, ref="x")
         assert done["ref"] == "x" and done["request"] == rid
         await asyncio.sleep(0.3)  # nothing else may follow the terminal message
-        while True:
-            try:
-                msg = await c.recv(0.2)
-            except asyncio.TimeoutError:
-                break
+        for msg in await c.drain(0.2):
             assert msg.get("request") != rid, msg
 
     asyncio.run(main())
@@ -121,11 +117,7 @@ def test_subscribe_history_steps_metrics_and_pause_step_resume(serve):
         # One prefill step (the first token) and two decode steps: three tokens, then nothing.
         await c.until(lambda m: m["type"] == "token" and m["ref"] == "p" and m["index"] == 2, timeout=10)
         await asyncio.sleep(0.3)
-        while True:
-            try:
-                msg = await c.recv(0.1)
-            except asyncio.TimeoutError:
-                break
+        for msg in await c.drain(0.1):
             assert msg["type"] != "token", msg
         await c.send({"type": "resume"})
         done = await c.until(lambda m: m["type"] == "done")
