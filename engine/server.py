@@ -155,7 +155,6 @@ class Server:
         self._stop_engine = threading.Event()
         self._engine_thread: threading.Thread | None = None
         self._wall_offset = time.time() - engine.now()
-        self._ws_server = None
         self.ready = threading.Event()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -174,7 +173,6 @@ class Server:
             async with websockets.serve(self._handle, self.host, self.port, max_size=16 * self.limits.max_message_bytes,
                                         max_queue=64, compression=None, close_timeout=2,
                                         ping_interval=self.limits.keepalive_s, ping_timeout=self.limits.keepalive_s) as server:
-                self._ws_server = server
                 self.port = server.sockets[0].getsockname()[1]
                 log.info("fluxo server on ws://%s:%d (%s)", self.host, self.port,
                          "presenter token required for control" if self.token else "loopback: every client presents")
@@ -182,8 +180,7 @@ class Server:
                 await (stop if stop is not None else asyncio.get_running_loop().create_future())
         finally:
             metrics_task.cancel()
-            if self._traffic_task:
-                self._traffic_task.cancel()
+            self._stop_traffic()
             self._unsubscribe()
             self._stop_engine.set()
             self._engine_thread.join(timeout=10)
@@ -421,15 +418,18 @@ class Server:
         action = msg.get("action")
         if action not in ("start", "stop"):
             raise protocol.BadField(f"traffic action must be start or stop, got {protocol._show(action)}")
-        if self._traffic_task is not None:
-            self._traffic_task.cancel()
-            self._traffic_task = None
-        self.traffic = None
+        self._stop_traffic()
         if action == "start":
             params = TrafficParams.from_message({k: v for k, v in msg.items() if k not in ("type", "action", "ref")})
             self.traffic, self.traffic_stats = params, {"sent": 0, "dropped": 0}
             self._traffic_task = asyncio.create_task(self._traffic_loop(params))
         self.broadcast_state()
+
+    def _stop_traffic(self) -> None:
+        if self._traffic_task is not None:
+            self._traffic_task.cancel()
+            self._traffic_task = None
+        self.traffic = None
 
     async def _traffic_loop(self, params: TrafficParams) -> None:
         source = TrafficSource(params)
@@ -451,10 +451,7 @@ class Server:
                 log.info("traffic request refused: %s", exc.message)
 
     async def _on_reset(self, conn: Connection, msg: dict) -> None:
-        if self._traffic_task is not None:
-            self._traffic_task.cancel()
-            self._traffic_task = None
-        self.traffic = None
+        self._stop_traffic()
         self.engine.resume()
         self.engine.cancel_all()
         new = self.engine.reconfigure(**self.launch_config)
