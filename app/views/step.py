@@ -17,12 +17,14 @@ if b1.button("Pause", key="pause", icon=":material/pause:", disabled=not present
     st.rerun()
 if b2.button("Step once", key="step_once", icon=":material/skip_next:", disabled=not presenter, type="primary",
              help="One engine step; the engine must be paused first."):
+    before = c.snapshot(steps=1).steps
     answer = ui.send(c, "step")
-    # The state answer can overtake the step's own record on the wire: wait for the record.
-    target = (answer or {}).get("step", 0)
-    for _ in range(60):
+    # The answer can overtake the step's own record on the wire (or be an older state broadcast):
+    # wait until the buffer holds a step newer than the one we had.
+    target = max((answer or {}).get("step", 0), (before[-1]["step"] + 1) if before else 1)
+    for _ in range(100):
         newest = c.snapshot(steps=1).steps
-        if newest and newest[-1]["step"] >= target:
+        if answer is None or (newest and newest[-1]["step"] >= target):
             break
         time.sleep(0.05)
     st.session_state.pop("step_at", None)  # follow the newest step
