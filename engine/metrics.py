@@ -90,6 +90,9 @@ def summarize(steps: list[Record], requests: list[Record]) -> dict[str, float]:
         "busy_fraction": compute / wall if wall else 0.0,
         "overhead_fraction": host / wall if wall else 0.0,
         "peak_running": max((sum(s["phase"] != "idle" for s in r["slots"]) for r in steps), default=0),
+        # Count-based: immune to how fast this machine happened to be during the run.
+        "tokens_per_step": tokens / len(steps) if steps else 0.0,  # useful tokens / steps
+        "slot_steps_per_token": occupied / tokens if tokens else float("nan"),  # occupied slot-steps / useful token
     }
 
 

@@ -191,7 +191,7 @@ def engine_config(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, 
 
 # -- compare: the server's `compare` message -----------------------------------------------------
 RATIO_KEYS = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "running_itl_max", "running_itl_p99",
-              "peak_running", "decode_tput")
+              "peak_running", "decode_tput", "tokens_per_step", "slot_steps_per_token")
 
 
 def compare(model, tok, workload: str, a: dict[str, Any], b: dict[str, Any], scale: float = 1.0) -> Result:
