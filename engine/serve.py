@@ -8,6 +8,9 @@ import os
 import secrets
 import signal
 
+import torch
+
+from engine import cpu
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.server import Limits, Server
@@ -17,6 +20,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m engine.serve", description=__doc__)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--http-port", type=int, default=None,
+                    help="OpenAI-compatible HTTP API port (default: --port + 1; 0: off)")
     ap.add_argument("--token", default=os.environ.get("FLUXO_TOKEN"), help="presenter token (or FLUXO_TOKEN)")
     ap.add_argument("--model", default="smollm2", help="smollm2 (bundled), tiny (random, for tests) or a local checkpoint dir")
     ap.add_argument("--dtype", default="float32")
@@ -30,6 +35,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-open", type=int, default=Limits().max_open_requests, help="open requests per client")
     ap.add_argument("--rate-limit", type=float, default=Limits().max_requests_per_s, help="requests/s per client")
     ap.add_argument("--history", type=int, default=20_000, help="step records kept for late subscribers and export")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core it may use)")
+    ap.add_argument("--cpus", default=os.environ.get("FLUXO_ENGINE_CPUS"),
+                    help="cores the engine computes on, e.g. 1 or 1-3 (default: all; the lab launcher keeps "
+                         "one for the page and the browser)")
+    ap.add_argument("--no-calibrate", action="store_true",
+                    help="skip the ~3 s start-up run that calibrates the cost model behind the stall chart's "
+                         "expected step times (it then learns from live steps only)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # not one line per connection
@@ -38,11 +50,22 @@ def main(argv: list[str] | None = None) -> None:
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         token = secrets.token_urlsafe(12)
         print(f"presenter token (bound to {args.host}, control needs it): {token}", flush=True)
-    config = EngineConfig(model=args.model, dtype=args.dtype, policy=args.policy, runner=args.runner, max_slots=args.slots,
+    config = EngineConfig(threads=args.threads, cpus=cpu.parse(args.cpus), model=args.model, dtype=args.dtype, policy=args.policy, runner=args.runner, max_slots=args.slots,
                           kv_blocks=args.kv_blocks, kv_layout=args.kv_layout, chunk_budget=args.chunk_budget)
     engine = Engine(config, max_telemetry_steps=args.history, max_telemetry_requests=args.history)
     limits = Limits(queue_limit=args.queue_limit, max_open_requests=args.max_open, max_requests_per_s=args.rate_limit)
-    server = Server(engine, args.host, args.port, token, limits, model_name=args.model)
+    http_port = args.port + 1 if args.http_port is None else (args.http_port or None)
+    if config.cpus or config.threads:
+        print(f"engine computes with {torch.get_num_threads()} torch thread(s)"
+              + (f" on core(s) {','.join(map(str, config.cpus))} {cpu.platform_note()}" if config.cpus else ""), flush=True)
+    if not args.no_calibrate:
+        took = engine.calibrate()
+        print(f"cost model calibrated on quiet steps in {took:.1f} s", flush=True)
+    server = Server(engine, args.host, args.port, token, limits, model_name=args.model, http_port=http_port)
+    if http_port is not None:
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"OpenAI-compatible HTTP API: http://{host}:{http_port}/v1 (health and metrics also on "
+              f"http://{host}:{args.port}/health and /metrics)", flush=True)
 
     async def run() -> None:
         stop = asyncio.get_running_loop().create_future()

@@ -23,7 +23,7 @@ import websockets
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from engine import protocol
+from engine import http_api, protocol
 from engine.engine import Engine
 from engine.errors import FluxoError, UnknownRequest
 from engine.metrics import inter_token_latencies, median, summarize_window
@@ -37,15 +37,19 @@ VERSION = "1"
 
 @dataclass(slots=True)
 class Limits:
+    """Per-client and server-wide limits. The defaults hold a class of 60: every browser session
+    is a client of its own (4 open requests each), and the queue has room for all of them."""
+
     max_message_bytes: int = 64 * 1024
-    max_open_requests: int = 8  # per client
+    max_open_requests: int = 4  # per client
     max_requests_per_s: float = 10.0  # per client: a token bucket with a burst of twice that (at least 1)
-    queue_limit: int = 256  # requests waiting for a slot, all clients together
+    queue_limit: int = 256  # requests waiting for a slot, all clients together (60 x 4 = 240)
     subscriber_buffer: int = 64  # step records a slow subscriber may lag before the oldest drop
     max_outbox: int = 20_000  # unread replies/stream messages before a client is disconnected
     abuse_errors: int = 2_000  # errors in 10 s before a client is disconnected
     history: int = 300  # default steps sent on subscribe
     metrics_window_s: float = 30.0
+    queue_report_s: float = 0.5  # how often a waiting request's place in the queue is re-sent
     keepalive_s: float = 20.0  # ping interval; a client that answers no ping for as long is dropped
 
     def public(self, engine: Engine) -> dict[str, Any]:
@@ -60,7 +64,7 @@ class Connection:
     ws: ServerConnection
     presenter: bool
     limits: Limits
-    open: dict[int, dict] = field(default_factory=dict)  # request id -> {"ref", "n"}
+    open: dict[int, dict] = field(default_factory=dict)  # request id -> {"ref", "n", "pos"}
     subscribed: bool = False
     out: deque[str] = field(default_factory=deque)
     latest: dict[str, str] = field(default_factory=dict)  # state / metrics: only the newest matters
@@ -134,7 +138,7 @@ class Connection:
 
 class Server:
     def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-                 limits: Limits | None = None, model_name: str = "smollm2") -> None:
+                 limits: Limits | None = None, model_name: str = "smollm2", http_port: int | None = None) -> None:
         self.engine = engine
         self.host, self.port = host, port
         self.token = token
@@ -156,6 +160,8 @@ class Server:
         self._engine_thread: threading.Thread | None = None
         self._wall_offset = time.time() - engine.now()
         self.ready = threading.Event()
+        self.http_port = http_port  # the OpenAI-compatible API's port (0: any free one; None: off)
+        self.http_url: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -169,17 +175,25 @@ class Server:
                                                name="fluxo-engine", daemon=True)
         self._engine_thread.start()
         metrics_task = asyncio.create_task(self._metrics_loop())
+        queue_task = asyncio.create_task(self._queue_loop())
+        self.http = http_api.HttpApi(self)  # metrics listener; GET /health, /metrics, /v1/models on this port
         try:
             async with websockets.serve(self._handle, self.host, self.port, max_size=16 * self.limits.max_message_bytes,
                                         max_queue=64, compression=None, close_timeout=2,
-                                        ping_interval=self.limits.keepalive_s, ping_timeout=self.limits.keepalive_s) as server:
+                                        ping_interval=self.limits.keepalive_s, ping_timeout=self.limits.keepalive_s,
+                                        process_request=self.http.process_request) as server:
                 self.port = server.sockets[0].getsockname()[1]
                 log.info("fluxo server on ws://%s:%d (%s)", self.host, self.port,
                          "presenter token required for control" if self.token else "loopback: every client presents")
+                if self.http_port is not None:
+                    self.http_url = await self.http.start(self.host, self.http_port)
+                    log.info("OpenAI-compatible HTTP API on %s/v1", self.http_url)
                 self.ready.set()
                 await (stop if stop is not None else asyncio.get_running_loop().create_future())
         finally:
             metrics_task.cancel()
+            queue_task.cancel()
+            await self.http.close()
             self._stop_traffic()
             self._unsubscribe()
             self._stop_engine.set()
@@ -259,7 +273,7 @@ class Server:
         writer = asyncio.create_task(conn.writer())
         conn.send({"type": "hello", "server": "fluxo", "version": VERSION, "client": conn.id,
                    "role": "presenter" if presenter else "viewer", "model": self.model_name,
-                   "limits": self.limits.public(self.engine), "state": self.state(conn)})
+                   "limits": self.limits.public(self.engine), "state": self.state(conn), "http_url": self.http_url})
         try:
             async for raw in ws:
                 await self._on_message(conn, raw)
@@ -304,6 +318,7 @@ class Server:
     def state(self, conn: Connection | None = None) -> dict[str, Any]:
         running = len(self.engine.scheduler.running)
         return {"type": "state", "config": dict(self.config_view), "paused": self.engine.paused,
+                "comparing": self._compare_running,  # the live engine and traffic are held meanwhile
                 "traffic": None if self.traffic is None else {**self.traffic.to_dict(), **self.traffic_stats},
                 "role": None if conn is None else ("presenter" if conn.presenter else "viewer"),
                 "queue_len": self.engine.queue_len(), "running": running, "step": self.engine.step_count,
@@ -328,6 +343,19 @@ class Server:
                 conn.send_latest("metrics", metrics)
                 conn.send_latest("state", dumps(self.state(conn)))
 
+    def submit_for(self, client: Any, client_id: str, **submit: Any):
+        """Submit a request for a client that is not a websocket (the HTTP API): the queue limit, the
+        engine and the per-burst hand-off are the chat's; ``client`` (``open``, ``closed``, ``send``)
+        receives the protocol's token/done/error messages on the loop."""
+        if self.engine.queue_len() >= self.limits.queue_limit:
+            raise protocol.Busy(f"the queue holds {self.limits.queue_limit} requests; try again shortly")
+        holder: list[Sequence] = []
+        handle = self.engine.submit(client=client_id, sink=lambda ev: self._from_engine(("event", client, holder[0], ev)),
+                                    **submit)
+        holder.append(handle.seq)
+        client.open[handle.id] = {"ref": None, "n": 0}
+        return handle
+
     # -- viewer messages ----------------------------------------------------------------------------
     async def _on_chat(self, conn: Connection, msg: dict) -> None:
         args = protocol.chat_args(msg, self.engine.config.max_new_tokens_limit)
@@ -343,8 +371,26 @@ class Server:
                                     ignore_eos=args.ignore_eos,
                                     sink=lambda ev: self._from_engine(("event", conn, holder[0], ev)))
         holder.append(handle.seq)
-        conn.open[handle.id] = {"ref": args.ref, "n": 0}
-        conn.send({"type": "accepted", "ref": args.ref, "request": handle.id, "prompt_tokens": len(handle.seq.prompt_ids)})
+        pos = self.engine.queue_positions().get(handle.id)
+        conn.open[handle.id] = {"ref": args.ref, "n": 0, "pos": pos}
+        conn.send({"type": "accepted", "ref": args.ref, "request": handle.id, "prompt_tokens": len(handle.seq.prompt_ids),
+                   "queue_position": pos})
+
+    async def _queue_loop(self) -> None:
+        """Tell each client where its waiting requests stand: a ``queued`` message whenever a
+        request's place changes (``position`` 1 = admitted next; 0 = admitted, running)."""
+        while True:
+            await asyncio.sleep(self.limits.queue_report_s)
+            waiting = [c for c in self.conns if c.open and not c.closed]
+            if not waiting:
+                continue
+            positions = self.engine.queue_positions()
+            for conn in waiting:
+                for rid, entry in list(conn.open.items()):
+                    pos = positions.get(rid, 0)
+                    if pos != entry.get("pos") and (pos or entry.get("pos")):
+                        entry["pos"] = pos
+                        conn.send({"type": "queued", "request": rid, "ref": entry["ref"], "position": pos})
 
     async def _on_cancel(self, conn: Connection, msg: dict) -> None:
         rid = protocol.get_int(msg, "request", None, 0, 2**63)
@@ -399,14 +445,21 @@ class Server:
         self.broadcast_state()
 
     async def _on_pause(self, conn: Connection, msg: dict) -> None:
+        self._refuse_while_comparing("pause")
         await asyncio.to_thread(self.engine.pause)
         self.broadcast_state()
 
+    def _refuse_while_comparing(self, what: str) -> None:
+        if self._compare_running:
+            raise protocol.CompareRunning(f"the live engine is held while a comparison runs; {what} when it ends")
+
     async def _on_resume(self, conn: Connection, msg: dict) -> None:
+        self._refuse_while_comparing("resume")
         self.engine.resume()
         self.broadcast_state()
 
     async def _on_step(self, conn: Connection, msg: dict) -> None:
+        self._refuse_while_comparing("step")
         if not self.engine.paused:
             raise protocol.NotPaused("step works while the engine is paused; send pause first")
         record = await asyncio.to_thread(self.engine.single_step)
@@ -436,6 +489,8 @@ class Server:
         while True:
             arrival = source.next()
             await asyncio.sleep(arrival.delay_s)
+            while self._compare_running:  # held: a comparison measures only itself
+                await asyncio.sleep(0.1)
             # Arrivals go on while the engine is paused (the queue visibly grows, and stepping has work);
             # beyond the queue limit they are dropped and counted, as a real server would refuse them.
             if self.engine.queue_len() >= self.limits.queue_limit:
@@ -480,11 +535,22 @@ class Server:
         for side in (a, b):
             self.engine.config.updated(**side).validate()
         scale = protocol.get_float(msg, "scale", 1.0, 0.05, 1.0)
+        # A comparison never shares the device with live work: the live engine is paused (its
+        # step in progress ends first) and the traffic generator holds its arrivals until the
+        # replays are done; people's chats are queued meanwhile (state.comparing says why).
         self._compare_running = True
+        was_paused = self.engine.paused
+        self.broadcast_state()
         try:
+            if not was_paused:
+                await asyncio.to_thread(self.engine.pause)
             result = await asyncio.to_thread(scenario.compare, self.engine.model, self.engine.tokenizer, workload, a, b, scale)
         finally:
             self._compare_running = False
+            if not was_paused:
+                self.engine.resume()
+            self.broadcast_state()
+        result["held"] = {"live_engine_paused": True, "traffic_held": self.traffic is not None}
         conn.send({"type": "compare", **result})
 
 
