@@ -11,7 +11,8 @@ KV_LAYOUTS = ("paged", "reserved")
 DTYPES = ("float32", "bfloat16", "float64")
 
 # What a presenter may change between steps, without reloading the model.
-LIVE_FIELDS = ("policy", "runner", "max_slots", "kv_layout", "kv_blocks", "chunk_budget", "fill_timeout_s")
+LIVE_FIELDS = ("policy", "runner", "max_slots", "kv_layout", "kv_blocks", "chunk_budget", "fill_timeout_s",
+               "host_work_ms")
 
 
 @dataclass(slots=True)
@@ -27,6 +28,10 @@ class EngineConfig:
     block_size: int = 16
     chunk_budget: int = 64  # tokens per step under the chunked policy (decodes included)
     fill_timeout_s: float = 0.5  # static: how long a partial batch waits to fill before it starts
+    # Simulated host work: ms of extra host-side delay in every step's prepare stage (a teaching
+    # knob: it stands in for a GPU host loop's Python, tensor building and launches). The sync
+    # runner leaves the device idle for it; the async runner hides it under the previous compute.
+    host_work_ms: float = 0.0
     max_model_len: int = 2048
     max_new_tokens_limit: int = 1024
     seed: int = 0
@@ -53,6 +58,9 @@ class EngineConfig:
                 raise InvalidConfig(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
         if not isinstance(self.fill_timeout_s, (int, float)) or not 0 <= self.fill_timeout_s <= 3600:
             raise InvalidConfig(f"fill_timeout_s must be in [0, 3600] seconds, got {self.fill_timeout_s!r}")
+        if (not isinstance(self.host_work_ms, (int, float)) or isinstance(self.host_work_ms, bool)
+                or not 0 <= self.host_work_ms <= 1000):
+            raise InvalidConfig(f"host_work_ms must be in [0, 1000] ms, got {self.host_work_ms!r}")
 
     def updated(self, **changes: object) -> "EngineConfig":
         unknown = set(changes) - set(LIVE_FIELDS)

@@ -295,6 +295,8 @@ class Engine:
         for seq in batch.preempted:
             self.telemetry.update_request(seq)
         fb, rows = self.runner.build(batch)
+        if self.config.host_work_ms > 0:  # simulated host work (a teaching knob): the sleep releases
+            time.sleep(self.config.host_work_ms / 1000)  # the GIL, so async hides it under a compute
         work = _Work(batch, rows, fb, t_start, self.config.policy, self.config.runner, slots=self._slots_view(batch),
                      events=self.telemetry.take_events())  # switches applied before this step belong to it
         work.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,12 +37,64 @@ def report(title: str, result: Result) -> str:
     return "\n".join(lines)
 
 
+MARK_START, MARK_END = "<!-- measured -->", "<!-- /measured -->"
+HEAD = {"en": ("claim", "threshold", "measured (short / full)", "Runs", "measured on", "not run"),
+        "pt-BR": ("afirmação", "limite", "medido (short / full)", "Execuções", "medido em", "não rodou")}
+
+
+def _num(x: float, lang: str) -> str:
+    text = f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+    return text.replace(".", ",") if lang == "pt-BR" else text  # decimal commas in Portuguese prose
+
+
+def measured_markdown(scenario: dict, measured: dict, lang: str) -> str:
+    """The teacher's table of claims, each with the short and full value this machine measured."""
+    h = HEAD[lang]
+    lines = [f"| {h[0]} | {h[1]} | {h[2]} |", "|---|---|---|"]
+    for i, check in enumerate(scenario["check"]):
+        claim = check.get("claim_pt", check["claim"]) if lang == "pt-BR" else check["claim"]
+        cells = []
+        for variant in ("short", "full"):
+            doc = measured.get(variant)
+            cells.append(_num(doc["checks"][i]["measured"], lang) if doc and i < len(doc["checks"]) else h[5])
+        lines.append(f"| {claim} | {check['op']} {_num(check['threshold'], lang)} | {' / '.join(cells)} |")
+    for variant in ("short", "full"):
+        doc = measured.get(variant)
+        if not doc:
+            continue
+        runs = "; ".join(
+            f"{name}: {_num(r['summary'].get('throughput', float('nan')), lang)} tok/s"
+            + "".join(f", {label} {_num(r['summary'][k] * f, lang)}{unit}" for k, label, f, unit in (
+                ("ttft_p50", "TTFT p50", 1, " s"), ("itl_p50", "ITL p50", 1000, " ms"), ("itl_p99", "ITL p99", 1000, " ms"),
+                ("busy_fraction", "busy", 1, ""), ("peak_running", "peak", 1, "")) if k in r["summary"])
+            for name, r in doc["runs"].items())
+        lines += ["", f"{h[3]} ({variant}, {h[4]} {doc.get('when', '?')}, load {doc.get('load', '?')}): {runs}."]
+    return "\n".join(lines)
+
+
+def write_notes(path: Path, scenario: dict) -> None:
+    """Refresh the measured block of teacher.{lang}.md from measured.json (numbers never typed)."""
+    measured = json.loads((path / "measured.json").read_text())
+    for lang in HEAD:
+        notes = path / f"teacher.{lang}.md"
+        if not notes.exists():
+            continue
+        text = notes.read_text()
+        if MARK_START in text and MARK_END in text:
+            head, rest = text.split(MARK_START, 1)
+            tail = rest.split(MARK_END, 1)[1]
+            notes.write_text(f"{head}{MARK_START}\n{measured_markdown(scenario, measured, lang)}\n{MARK_END}{tail}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.lesson", description=__doc__)
     ap.add_argument("number", nargs="?", type=int, help="lesson number (1, 2, ...)")
     ap.add_argument("--list", action="store_true", help="list the lessons and exit")
     ap.add_argument("--short", action="store_true", help="the shortened variant the tests run")
     ap.add_argument("--json", type=Path, help="also write the summaries and claims here")
+    ap.add_argument("--save", action="store_true",
+                    help="keep this run in the lesson's measured.json (short and full apart) and refresh the "
+                         "measured tables of its teacher notes")
     args = ap.parse_args(argv)
     if args.list or args.number is None:
         for p in lesson_dirs():
@@ -57,10 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     title = f"lesson {args.number}: {scenario['lesson']['title_en']}{' (short)' if args.short else ''}"
     print(report(title, result))
     print(f"\n{time.perf_counter() - t:.1f} s")
+    doc = {"lesson": path.name, "short": args.short, "checks": result["checks"],
+           "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": f"{os.getloadavg()[0]:.1f}",
+           "runs": {k: {"config": v["config"], "summary": v["summary"]} for k, v in result["runs"].items()}}
     if args.json:
-        doc = {"lesson": path.name, "short": args.short, "checks": result["checks"],
-               "runs": {k: {"config": v["config"], "summary": v["summary"]} for k, v in result["runs"].items()}}
         args.json.write_text(json.dumps(doc, indent=1))
+    if args.save:
+        file = path / "measured.json"
+        measured = json.loads(file.read_text()) if file.exists() else {}
+        measured["short" if args.short else "full"] = doc
+        file.write_text(json.dumps(measured, indent=1))
+        write_notes(path, scenario)
     return 0 if all(c["ok"] for c in result["checks"]) else 1
 
 

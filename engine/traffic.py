@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from engine.errors import InvalidConfig
-from engine.workloads import CHAT_PROMPTS, LONG_CONTEXT
+from engine.workloads import CHAT_PROMPTS, LONG_CONTEXT, mixed_is_long
 
 PROMPT_SETS = ("chat", "long", "mixed")
 LENGTH_LAWS = ("natural", "lognormal", "uniform")
@@ -86,7 +86,7 @@ class TrafficSource:
     def next(self) -> Arrival:
         p, rng = self.params, self._rng
         delay = rng.expovariate(p.rate)
-        if p.prompts == "long" or (p.prompts == "mixed" and rng.random() < 0.25):
+        if p.prompts == "long" or (p.prompts == "mixed" and mixed_is_long(rng)):
             prompt = _long_prompt(rng)
         else:
             prompt = rng.choice(CHAT_PROMPTS)

@@ -56,6 +56,16 @@ LONG_CONTEXT = (
 )
 
 
+# The "mixed" prompt set, one definition for the live traffic and the lessons' workloads: each
+# prompt is a long report (a real prefill) with this probability, a chat question otherwise.
+MIXED_LONG_SHARE = 0.25
+
+
+def mixed_is_long(rng: random.Random) -> bool:
+    """One draw of the "mixed" prompt set: True for a long prompt (25 % of them)."""
+    return rng.random() < MIXED_LONG_SHARE
+
+
 @dataclass(frozen=True, slots=True)
 class WorkItem:
     prompt: str

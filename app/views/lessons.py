@@ -1,26 +1,64 @@
-"""Lessons: classroom walkthroughs (pt-BR / en) with a one-click scenario setup."""
+"""Lessons: classroom walkthroughs (pt-BR / en), a one-click scenario setup, the lesson's own
+comparison in one click, and the teacher's notes (answer keys, expected numbers, the lesson's
+figure) shown to the presenter only."""
+import json
 import tomllib
 from pathlib import Path
 
 import streamlit as st
 
 from app import ui
+from engine.scenario import compares
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 
-c, presenter = ui.page_setup("Lessons", "Each lesson sets up a scenario on the live engine and says what to watch.")
+# Every word this page shows, in both languages (the lesson texts name these exact labels).
+WORDS = {
+    "en": {
+        "title": "Lessons", "caption": "Each lesson sets up a scenario on the live engine and says what to watch.",
+        "none": "No lessons found in `{path}` yet.", "lesson": "lesson", "scenario": "Scenario",
+        "setup": "Set up this scenario", "setup_ok": "Scenario running: open the Live page.",
+        "compare": "Run this lesson's comparison",
+        "compare_help": "Replays the lesson's workload under its two configurations on fresh engines; live "
+                        "traffic is held meanwhile.",
+        "compare_wait": "Replaying comparison {i} of {n} on the real engine…",
+        "compare_ok": "Comparison done: the measured ratios are below.",
+        "presenter_only": "Only the presenter sets up scenarios and runs comparisons.",
+        "watch": "What to watch", "results": "This lesson's comparison, as measured now",
+        "teacher": "Teacher's notes (presenter only)", "figure": "The lesson's figure (from its own run: {src})",
+        "no_text": "(no {lang} text for this lesson)",
+        "cols": ("workload", "A", "B", "ratio", "measured", "scale"),
+    },
+    "pt-BR": {
+        "title": "Lessons", "caption": "Cada aula prepara um cenário no motor ao vivo e diz o que observar.",
+        "none": "Nenhuma aula em `{path}` ainda.", "lesson": "aula", "scenario": "Cenário",
+        "setup": "Preparar este cenário", "setup_ok": "Cenário rodando: abra a página Live.",
+        "compare": "Rodar a comparação desta aula",
+        "compare_help": "Repete a carga da aula nas duas configurações, em motores novos; o tráfego ao vivo "
+                        "fica suspenso enquanto isso.",
+        "compare_wait": "Repetindo a comparação {i} de {n} no motor real…",
+        "compare_ok": "Comparação concluída: as razões medidas estão abaixo.",
+        "presenter_only": "Só quem apresenta prepara cenários e roda comparações.",
+        "watch": "O que observar", "results": "A comparação desta aula, medida agora",
+        "teacher": "Notas para quem ensina (só para quem apresenta)",
+        "figure": "A figura da aula (da execução da própria aula: {src})",
+        "no_text": "(esta aula ainda não tem texto em {lang})",
+        "cols": ("carga", "A", "B", "razão", "medido", "escala"),
+    },
+}
+LANGS = ("pt-BR", "en")
 
 
 def lesson_dirs() -> list[Path]:
     return sorted(p for p in LESSONS.iterdir() if p.is_dir() and (p / "scenario.toml").exists()) if LESSONS.exists() else []
 
 
-def setup_scenario(scenario: dict) -> bool:
+def setup_scenario(c, scenario: dict) -> bool:
     """``reset``, then ``control`` with the lesson's [engine], then ``traffic`` with its [traffic]."""
     if ui.send(c, "reset") is None:
         return False
-    engine = scenario.get("engine", {})
-    if engine and ui.send(c, "control", **engine) is None:
+    engine = {"host_work_ms": 0.0, **scenario.get("engine", {})}  # no simulated host work unless the lesson sets it
+    if ui.send(c, "control", **engine) is None:
         return False
     traffic = dict(scenario.get("traffic", {}))
     if traffic:
@@ -30,34 +68,101 @@ def setup_scenario(scenario: dict) -> bool:
     return True
 
 
+def run_compares(c, scenario: dict, words: dict) -> list[dict] | None:
+    """Every [compare] of the lesson, in order (a sweep is several); the server holds live traffic."""
+    out = []
+    todo = compares(scenario)
+    for i, cmp_ in enumerate(todo, 1):
+        with st.spinner(words["compare_wait"].format(i=i, n=len(todo))):
+            answer = ui.send(c, "compare", timeout=600, workload=cmp_["workload"], a=cmp_.get("a", {}),
+                             b=cmp_.get("b", {}), scale=cmp_.get("scale", 1.0))
+        if answer is None:
+            return None
+        ratio = cmp_.get("ratio", "throughput_b_over_a")
+        out.append({"workload": cmp_["workload"], "a": cmp_.get("a", {}), "b": cmp_.get("b", {}),
+                    "ratio": ratio, "value": answer.get("ratios", {}).get(ratio), "scale": cmp_.get("scale", 1.0)})
+    return out
+
+
+def figure(folder: Path, scenario: dict, lang: str, words: dict) -> None:
+    """The lesson's slide figure: [figure]'s metric for its runs, from lessons/NN/measured.json."""
+    spec, path = scenario.get("figure"), folder / "measured.json"
+    if not spec or not path.exists():
+        return
+    measured = json.loads(path.read_text())
+    src = "full" if "full" in measured else "short"
+    runs = measured[src]["runs"]
+    rows = [{"run": name, "value": runs[name]["summary"].get(spec["metric"])} for name in spec["runs"] if name in runs]
+    title = spec.get(f"title_{'pt' if lang == 'pt-BR' else 'en'}", spec["metric"])
+    chart = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "title": title, "data": {"values": rows},
+             "mark": {"type": "bar", "tooltip": True}, "height": 260,
+             "encoding": {"x": {"field": "run", "type": "nominal", "sort": spec["runs"], "title": None},
+                          "y": {"field": "value", "type": "quantitative", "title": spec.get("axis", spec["metric"])}}}
+    st.caption(words["figure"].format(src=f"`python -m engine.lesson {scenario['lesson']['number']}"
+                                      f"{' --short' if src == 'short' else ''}`"))
+    st.vega_lite_chart(chart, width="stretch", theme=None)
+
+
+lang = st.session_state.get("lesson_lang", "pt-BR")
+words = WORDS[lang if lang in WORDS else "en"]
+c, presenter = ui.page_setup(words["title"], words["caption"])
 dirs = lesson_dirs()
 if not dirs:
-    st.info(f"No lessons found in `{LESSONS}` yet.")
+    st.info(words["none"].format(path=LESSONS))
     st.stop()
-lang = st.radio("language", ("pt-BR", "en"), horizontal=True, key="lesson_lang")
-names = [d.name for d in dirs]
-name = st.selectbox("lesson", names, key="lesson_name")
-folder = LESSONS / name
-text_path = folder / f"{lang}.md"
-scenario = tomllib.loads((folder / "scenario.toml").read_text())
+lang = st.radio("idioma / language", LANGS, horizontal=True, key="lesson_lang")
+scenarios = {d.name: tomllib.loads((d / "scenario.toml").read_text()) for d in dirs}
+
+
+def _title(name: str) -> str:
+    meta = scenarios[name]["lesson"]
+    return f"{meta['number']} · {meta['title_pt'] if lang == 'pt-BR' else meta['title_en']}"
+
+
+name = st.selectbox(words["lesson"], list(scenarios), key="lesson_name", format_func=_title)
+folder, scenario = LESSONS / name, scenarios[name]
 left, right = st.columns([5, 2], gap="large")
 with right:
-    st.markdown("**Scenario**")
+    st.markdown(f"**{words['scenario']}**")
     # One line per setting: legible in a narrow column, and the same words as scenario.toml.
     for table in ("engine", "traffic"):
         if scenario.get(table):
             lines = "\n".join(f"{k} = {v!r}" for k, v in scenario[table].items())
             st.code(f"[{table}]\n{lines}", language="toml")
-    if st.button("Set up this scenario", key="lesson_setup", icon=":material/play_arrow:", type="primary", disabled=not presenter,
-                 help=None if presenter else "Only the presenter sets up scenarios."):
-        if setup_scenario(scenario):
+    help_ = None if presenter else words["presenter_only"]
+    if st.button(words["setup"], key="lesson_setup", icon=":material/play_arrow:", type="primary",
+                 disabled=not presenter, help=help_):
+        if setup_scenario(c, scenario):
             st.session_state["lesson_ok"] = name
         st.rerun()
     if st.session_state.get("lesson_ok") == name:
-        st.success("Scenario running: open the Live page.")
+        st.success(words["setup_ok"])
+    if compares(scenario) and st.button(words["compare"], key="lesson_compare", icon=":material/compare_arrows:",
+                                        disabled=not presenter, help=help_ or words["compare_help"]):
+        results = run_compares(c, scenario, words)
+        if results is not None:
+            st.session_state["lesson_compare"] = {"lesson": name, "results": results}
+        st.rerun()
     watch = scenario.get("watch")
     if watch:
-        st.markdown("**What to watch**")
-        st.write(watch if isinstance(watch, str) else watch.get(lang if lang in watch else "en", watch))
+        st.markdown(f"**{words['watch']}**")
+        st.write(watch if isinstance(watch, str) else watch.get(lang if lang in watch else "en", ""))
 with left:
-    st.markdown(text_path.read_text() if text_path.exists() else f"(no {lang} text for this lesson)")
+    done = st.session_state.get("lesson_compare")
+    if done and done["lesson"] == name:
+        st.success(words["compare_ok"])
+        st.markdown(f"**{words['results']}**")
+        cols = words["cols"]
+        st.dataframe([{cols[0]: r["workload"], cols[1]: json.dumps(r["a"]), cols[2]: json.dumps(r["b"]),
+                       cols[3]: r["ratio"], cols[4]: None if r["value"] is None else round(r["value"], 3),
+                       cols[5]: r["scale"]} for r in done["results"]], width="stretch")
+    text_path = folder / f"{lang}.md"
+    st.markdown(text_path.read_text() if text_path.exists() else words["no_text"].format(lang=lang))
+    # The teacher's part (answer keys, expected numbers, misconceptions, timing, figure) is sent
+    # to the presenter's browser only: a viewer's session never renders it.
+    if presenter:
+        teacher_path = folder / f"teacher.{lang}.md"
+        if teacher_path.exists():
+            with st.expander(words["teacher"], expanded=False, icon=":material/school:"):
+                st.markdown(teacher_path.read_text())
+                figure(folder, scenario, lang, words)
