@@ -45,12 +45,23 @@ def client() -> EngineClient:
     return c
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def exposed() -> bool:
+    """The page listens beyond loopback (``server.address`` empty means every interface)."""
+    return (st.get_option("server.address") or "") not in LOOPBACK
+
+
 def is_presenter(c: EngineClient) -> bool:
     """The engine must grant the connection presenter rights, and when the page holds the token
-    (FLUXO_TOKEN), this browser session must have typed it: students see the page, not the knobs."""
+    (FLUXO_TOKEN), this browser session must have typed it: students see the page, not the knobs.
+    Fail safe: a page that listens beyond loopback without FLUXO_TOKEN has no presenter at all."""
+    token = os.environ.get("FLUXO_TOKEN")
+    if not token and exposed():
+        return False
     if c.role != "presenter":
         return False
-    token = os.environ.get("FLUXO_TOKEN")
     return not token or st.session_state.get("presenter_token") == token
 
 
@@ -65,14 +76,21 @@ def page_setup(title: str, caption: str) -> tuple[EngineClient, bool]:
             st.caption(c.error)
         if c.hello:
             st.caption(f"model {c.hello.get('model', '?')} · server {c.hello.get('version', '?')}")
-        if os.environ.get("FLUXO_TOKEN") or c.token or c.role != "presenter":
+        locked = exposed() and not os.environ.get("FLUXO_TOKEN")
+        if locked:
+            st.caption("This page listens beyond loopback and holds no FLUXO_TOKEN: the controls are off for "
+                       "everyone. Start it with a presenter token (make lab does) to present.")
+        elif os.environ.get("FLUXO_TOKEN") or c.token or c.role != "presenter":
             st.text_input("Presenter token", type="password", key="presenter_token",
                           help="Students watch and chat; the presenter's token unlocks the controls.")
         st.markdown("**Role:** " + (":blue[presenter] (controls on)" if presenter else ":gray[viewer] (chat and watch)"))
     st.title(title)
     st.caption(caption)
+    # Always one slot for the error, so what follows keeps its place in the page (the browser view
+    # below is not remounted, and its connection is not reopened, when an error shows).
+    slot = st.empty()
     if "last_error" in st.session_state:
-        st.error(st.session_state.pop("last_error"), icon=":material/error:")
+        slot.error(st.session_state.pop("last_error"), icon=":material/error:")
     return c, presenter
 
 

@@ -43,14 +43,18 @@ def start_engine(tmp: Path, *args: str, model: str = "tiny") -> tuple[subprocess
     return proc, f"ws://127.0.0.1:{port}"
 
 
-def start_streamlit(tmp: Path, engine_url: str) -> tuple[subprocess.Popen, str]:
-    """``streamlit run app/streamlit_app.py`` headless on a free port; waits on /_stcore/health."""
+def start_streamlit(tmp: Path, engine_url: str, address: str = "127.0.0.1",
+                    env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """``streamlit run app/streamlit_app.py`` headless on a free port, listening on ``address``
+    (loopback by default; ``0.0.0.0`` is a classroom); waits on /_stcore/health."""
     port = free_port()
     log = tmp / f"streamlit-{port}.log"
     env = {**os.environ, "FLUXO_ENGINE_URL": engine_url, "PYTHONUNBUFFERED": "1"}
     env.pop("FLUXO_TOKEN", None)
+    env.update(env_extra or {})
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.headless", "true",
-                             "--server.port", str(port), "--browser.gatherUsageStats", "false"],
+                             "--server.address", address, "--server.port", str(port),
+                             "--browser.gatherUsageStats", "false"],
                             cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     end = time.time() + 60

@@ -99,18 +99,22 @@ def test_people_are_marked(runs):
 def test_kv_series_and_block_map_match_the_records(runs, policy):
     steps, _ = runs[policy]
     rows = charts.kv_series(steps, bins=len(steps), block_size=16)
-    assert len(rows) == 3 * len(steps)
+    n = len(charts.KV_STATES)
+    assert len(rows) == n * len(steps)
     for i, rec in enumerate(steps):
         kv = rec["kv"]
-        got = {r["state"]: r["tokens"] for r in rows[3 * i:3 * i + 3]}
-        assert got["stored"] == kv["tokens_stored"]
-        assert got["stored"] + got["allocated, unused"] == kv["tokens_allocated"]
+        got = {r["state"]: r["tokens"] for r in rows[n * i:n * i + n]}
+        assert got["stored"] + got["shared"] == kv["tokens_stored"]
+        assert got["shared"] == 16 * kv.get("blocks_shared", 0)  # absent (no prefix caching) counts zero
+        assert got["cached"] == 16 * kv.get("blocks_cached", 0)
+        assert got["stored"] + got["shared"] + got["allocated, unused"] == kv["tokens_allocated"]
         assert sum(got.values()) == kv["blocks_total"] * 16
     busiest = max(range(len(steps)), key=lambda i: steps[i]["kv"]["blocks_used"])
     cells = charts.block_map(steps[: busiest + 1])
     kv = steps[busiest]["kv"]
     assert len(cells) == kv["blocks_total"]
-    assert sum(c["state"] != "free" for c in cells) == kv["blocks_used"]
+    assert sum(c["state"] not in ("free", "cached") for c in cells) == kv["blocks_used"]
+    assert sum(c["state"] == "cached" for c in cells) == kv.get("blocks_cached", 0)
     assert any(c["state"] == "stored" for c in cells)
 
 
