@@ -428,6 +428,8 @@ class Conn:
                 if self.buf.strip():
                     raise BadRequest("the connection closed in the middle of a request head")
                 return None
+        if end > MAX_HEAD_BYTES:
+            raise protocol.MessageTooLarge(f"the request head is over {MAX_HEAD_BYTES} bytes")
         head = bytes(self.buf[:end]).decode("latin-1")
         del self.buf[:end + 4]
         lines = head.split("\r\n")
@@ -680,6 +682,8 @@ class HttpApi:
                 except FluxoError as exc:  # framing errors: the body may be unread, so close after
                     keep = keep and exc.code == "message_too_large"  # that body was read and dropped
                     await conn.send_error(exc, keep)
+                    if not keep:
+                        await self._linger(conn)
                 if not keep:
                     return
         except (_Gone, ConnectionError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
@@ -693,13 +697,13 @@ class HttpApi:
             writer.close()
 
     async def _linger(self, conn: Conn) -> None:
-        """After refusing a huge body: stop writing, read and drop what the client still sends for
-        a moment, so it sees the answer instead of a reset."""
+        """Before closing on an error: stop writing, then read and drop what the client still sends
+        (until it has been quiet for 0.2 s, at most 2 s), so it sees the answer, not a reset."""
         try:
             conn.writer.write_eof()
             deadline = time.monotonic() + 2.0
             while time.monotonic() < deadline:
-                if not await asyncio.wait_for(conn.reader.read(1 << 20), max(0.01, deadline - time.monotonic())):
+                if not await asyncio.wait_for(conn.reader.read(1 << 20), 0.2):
                     break
         except (ConnectionError, OSError, asyncio.TimeoutError):
             pass
@@ -717,11 +721,12 @@ class HttpApi:
                 return keep
             if req.method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
                 return await self._completion(conn, req, "chat" if path == "/v1/chat/completions" else "text")
-            reply = self.get(path)
-            if reply is None:
+            known = path in ("/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions")
+            if not known and not path.startswith("/v1/models/"):
                 raise NotFound(f"no endpoint {protocol._show(path)}")
             if req.method != "GET":
-                raise MethodNotAllowed(f"{path} takes GET, not {protocol._show(req.method)}")
+                raise MethodNotAllowed(f"{path} does not take {protocol._show(req.method)}")
+            reply = self.get(path)
             await conn.send(reply.status, reply.body, reply.ctype, keep)
             return keep
         except FluxoError as exc:
