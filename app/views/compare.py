@@ -2,10 +2,16 @@
 import pandas as pd
 import streamlit as st
 
-from app import charts, ui
+from app import browser_view, ui
 
 c, presenter = ui.page_setup("Compare", "One workload, two configurations, each on a fresh engine with the same "
-                             "weights (the live engine keeps serving). The ratios are measured, not modelled.")
+                             "weights. The live engine is held while a comparison runs, so each run measures only "
+                             "itself. The ratios are measured, not modelled.")
+# Count-based ratios do not depend on how busy the machine was; wall-clock ones do.
+COUNT_RATIOS = ("tokens_per_step_b_over_a", "slot_steps_per_token_b_over_a")
+if c.snapshot(steps=0).state.get("comparing"):
+    st.warning("A comparison is running: the live engine is held (no live steps, traffic waits) until it ends.",
+               icon=":material/hourglass_top:")
 
 PRESETS = {
     "static vs continuous": ("batching", {"policy": "static"}, {"policy": "continuous"}),
@@ -43,9 +49,17 @@ def _fmt(name: str, value: object) -> str:
 
 
 ratios = result.get("ratios", {})
-if ratios:
-    cols = st.columns(min(4, len(ratios)))
-    for i, (name, value) in enumerate(ratios.items()):
+counted = {k: ratios[k] for k in COUNT_RATIOS if k in ratios}
+timed = {k: v for k, v in ratios.items() if k not in counted}
+if counted:
+    st.markdown("**Count-based** (steps and tokens: the same on a busy or a quiet machine)")
+    cols = st.columns(4)
+    for i, (name, value) in enumerate(counted.items()):
+        cols[i % 4].metric(name.replace("_", " "), _fmt(name, value))
+if timed:
+    st.markdown("**Wall-clock** (seconds: they move with the machine's load)" if counted else "**Measured ratios**")
+    cols = st.columns(min(4, len(timed)))
+    for i, (name, value) in enumerate(timed.items()):
         cols[i % len(cols)].metric(name.replace("_", " "), _fmt(name, value))
 keys = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "slot_utilization", "dead_slot_fraction",
         "kv_waste", "busy_fraction", "peak_running", "steps", "wall_s")
@@ -59,7 +73,6 @@ for col, side in ((left, "a"), (right, "b")):
     people: set[int] = set()  # a replay is synthetic: nobody's own chat is in it
     with col:
         st.subheader(f"{side.upper()}: {', '.join(f'{k}={v}' for k, v in run['config'].items()) if isinstance(run['config'], dict) else run['config']}")
-        col.vega_lite_chart(charts.slot_chart(steps, people, last=400, title="Slot occupancy"), width="stretch", theme=None)
-        col.vega_lite_chart(charts.stall_chart(steps, last=400), width="stretch", theme=None)
-        col.vega_lite_chart(charts.kv_chart(steps, height=200), width="stretch", theme=None)
-        col.vega_lite_chart(charts.lane_chart(steps), width="stretch", theme=None)
+        browser_view.recorded(steps, people, key=f"cmp_view_{side}", windows={"slots": 400, "stalls": 400},
+                              min_column=320, kv_height=200, caption=f"run {side.upper()}: {len(steps)} steps",
+                              height=1900)

@@ -4,7 +4,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app import charts, ui
+from app import browser_view, charts, ui
 
 c, presenter = ui.page_setup("Step by step", "Pause the engine and look at one step at a time: who is in each slot, "
                              "what it computed, what entered and what left.")
@@ -102,6 +102,7 @@ with right:
     if not (rec["admitted"] or rec["finished"] or rec["preempted"]):
         st.caption("nothing entered or left in this step")
 
-st.vega_lite_chart(charts.slot_chart(upto, people, last=60, with_overview=False, height=260,
-                                  title="Slots up to this step"), width="stretch", theme=None)
-st.vega_lite_chart(charts.kv_chart(upto, height=220), width="stretch", theme=None)
+# Drawn in the browser from the records up to this step (sent again only when the step changes).
+browser_view.recorded(upto[-600:], people, names=("slots", "kv"), key="step_view", windows={"slots": 60},
+                      overview=False, slot_height=260, kv_height=220, slot_title="Slots up to this step",
+                      caption=f"recorded steps up to step {rec['step']}", height=900)

@@ -1,22 +1,42 @@
 """Every page, run by Streamlit's AppTest against a real engine server (tiny model) over real websockets."""
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
 import pytest
+from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from servers import start_engine, stop
 
+from app import charts
+
 APP = Path(__file__).resolve().parents[2] / "app"
+
+
+@pytest.fixture(autouse=True)
+def loopback_page():
+    """AppTest runs the scripts in this process: say the page listens on loopback, as ``make lab``
+    starts it on one laptop (an unset address means every interface: no presenter then)."""
+    before = st_config.get_option("server.address")
+    st_config.set_option("server.address", "127.0.0.1")
+    yield
+    st_config.set_option("server.address", before)
+
+
+def views(at: AppTest) -> list[dict]:
+    """The arguments of every browser view (``app/browser_view.py``) on the page."""
+    return [json.loads(el.proto.json_args) for el in at.get("component_instance")]
 
 
 @pytest.fixture
 def page(engine_server, monkeypatch):
     monkeypatch.setenv("FLUXO_ENGINE_URL", engine_server)
     monkeypatch.delenv("FLUXO_TOKEN", raising=False)
+    monkeypatch.delenv("FLUXO_ENGINE_PUBLIC_URL", raising=False)
 
     def run(name: str) -> AppTest:
         at = AppTest.from_file(str(APP / "views" / f"{name}.py"), default_timeout=60).run()
@@ -52,7 +72,7 @@ def test_live_page_widgets_and_mode_toggle(page, probe):
     assert at.radio(key="ctl_kv_layout").options == ["reserved", "paged"]
     for key in ("ctl_max_slots", "ctl_chunk_budget", "ctl_kv_blocks", "tr_median", "tr_max"):
         assert not at.number_input(key=key).disabled
-    assert len(at.chat_input) == 1 and at.slider(key="tr_rate") is not None
+    assert len(views(at)) == 1 and at.slider(key="tr_rate") is not None
     assert {b.label for b in at.button} >= {"Start traffic", "Stop traffic", "Prepare telemetry export"}
     assert at.radio(key="ctl_policy").value == "continuous"
 
@@ -67,20 +87,21 @@ def test_live_page_widgets_and_mode_toggle(page, probe):
     assert at.radio(key="ctl_policy").value == "chunked"
 
 
-def test_live_page_chat_and_traffic(page, probe):
+def test_live_page_traffic_and_browser_view(page, probe, engine_server):
+    """The live charts and the chat are the browser view's (tests/e2e drives them in Chromium):
+    the page hands it the four named-data specs of app/charts.py and where the engine is."""
     at = page("live")
-    at.chat_input[0].set_value("What is the capital of France?").run()
-    chats = at.session_state["chats"]
-    assert len(chats) == 1
-    assert wait_for(lambda: chats[0].ended, 30), chats[0]
-    assert chats[0].status == "finished" and chats[0].tokens > 0 and chats[0].request is not None
     at.button(key="tr_start").click().run()
     assert wait_for(lambda: probe.state.get("traffic"))
     assert wait_for(lambda: len(probe.snapshot().steps) > 20)
+    before = views(at)
     at.run()
-    assert at.get("vega_lite_chart"), "the four charts render once steps arrive"
-    assert len(at.get("vega_lite_chart")) == 4
-    assert [m.label for m in at.metric][:4] == ["useful tokens/s", "TTFT p50", "ITL p50", "ITL p99"]
+    (args,) = views(at)
+    assert args == before[0], "the view's arguments do not change with the steps: no resend, no rebuild"
+    assert args["mode"] == "live" and args["chat"] and args["metrics"]
+    assert args["engine_port"] == int(engine_server.rsplit(":", 1)[1]) and args["engine_public_url"] is None
+    assert args["specs"] == json.loads(json.dumps(charts.named_charts(slots=8)))
+    assert not at.get("vega_lite_chart") and not at.chat_input  # nothing drawn or chatted through Streamlit
     at.button(key="tr_stop").click().run()
     assert wait_for(lambda: probe.state.get("traffic") is None)
 
@@ -110,8 +131,12 @@ def test_step_page_pause_and_single_step(page, probe):
     table = at.dataframe[0].value
     assert list(table.columns[:4]) == ["slot", "request", "who", "phase"]
     assert len(table) >= 8
+    (view,) = views(at)  # the browser view draws the records up to the shown step
+    assert view["mode"] == "static" and view["order"] == ["slots", "kv"]
+    assert view["steps"][-1]["step"] == before + 1
     at.button(key="back").click().run()
     assert at.subheader[0].value.startswith("Step ")
+    assert views(at)[0]["steps"][-1]["step"] == before
     at.button(key="resume").click().run()
     assert wait_for(lambda: not probe.state.get("paused"))
 
@@ -125,7 +150,9 @@ def test_compare_page(page, probe):
     result = at.session_state["cmp_result"]
     assert result["a"]["config"]["policy"] == "static" and result["b"]["config"]["policy"] == "continuous"
     assert result["ratios"]
-    assert len(at.get("vega_lite_chart")) == 8  # the same four charts, side by side
+    a, b = views(at)  # the same four charts, side by side, drawn in the browser from the replays' records
+    assert a["mode"] == b["mode"] == "static" and a["order"] == b["order"] == ["slots", "stalls", "kv", "lanes"]
+    assert [r["step"] for r in a["steps"]] == [r["step"] for r in result["a"]["steps"]]
     assert len(at.dataframe) == 1
 
 
@@ -137,7 +164,7 @@ def test_lessons_page_sets_up_a_scenario(page, probe):
     assert at.radio(key="lesson_lang").options == ["pt-BR", "en"]
     import tomllib
 
-    lesson = names[0]
+    lesson = at.selectbox(key="lesson_name").value  # the folder (the options show titles)
     scenario = tomllib.loads((APP.parent / "lessons" / lesson / "scenario.toml").read_text())
     at.button(key="lesson_setup").click().run()
     assert not at.error, [e.value for e in at.error]
@@ -158,7 +185,7 @@ def test_viewers_cannot_control(tmp_path, monkeypatch):
         at = AppTest.from_file(str(APP / "views" / "live.py"), default_timeout=60).run()
         assert not at.exception
         assert at.radio(key="ctl_policy").disabled and at.button(key="tr_start").disabled
-        assert len(at.chat_input) == 1  # viewers chat and watch
+        assert views(at)[0]["chat"]  # viewers chat (in the browser view) and watch
         at.text_input(key="presenter_token").input("wrong").run()
         assert at.radio(key="ctl_policy").disabled
         at.text_input(key="presenter_token").input("s3cret").run()
@@ -167,3 +194,15 @@ def test_viewers_cannot_control(tmp_path, monkeypatch):
         assert not at.error, [e.value for e in at.error]
     finally:
         stop(proc)
+
+
+def test_exposed_page_without_token_has_no_presenter(page, probe):
+    """Listening beyond loopback (empty address = every interface) without FLUXO_TOKEN: fail safe,
+    even though this loopback engine with no token would take any connection as presenter."""
+    assert probe.role == "presenter"
+    for address in ("0.0.0.0", ""):
+        st_config.set_option("server.address", address)
+        at = page("live")
+        assert at.radio(key="ctl_policy").disabled and at.button(key="tr_start").disabled
+        assert not at.text_input  # no token to type: the page holds none to check it against
+        assert any("beyond loopback" in c.value for c in at.sidebar.caption)
