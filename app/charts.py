@@ -520,13 +520,15 @@ def device_busy(spans: Sequence[Record]) -> float:
 def lane_chart(steps: Sequence[Record], last: int = 12, height: int = 230, title: str = "CPU / device timeline",
                named: bool = False) -> dict:
     """Measured spans per lane over the last steps: gaps in the compute lane are the device idle.
-    ``named``: dataset ``lanes``; the subtitle is the signal ``lane_subtitle`` the view sets."""
+    ``named``: dataset ``lanes``; the title is the signal ``lane_title``, which the view sets to
+    the title, runner and device-busy fraction of the steps it shows."""
     spans = [] if named else lane_spans(steps, last)
     runner = steps[-1]["runner"] if steps else ""
     sub = f"{runner} runner · last {last} steps · device busy {100 * device_busy(spans):.0f}% of the time"
     body: dict = {
         "data": _data(spans, "lanes", named), "height": height, "width": "container",
-        "title": {"text": title, "subtitle": {"expr": "lane_subtitle"} if named else sub},
+        "title": {"text": {"expr": "lane_title"}, "subtitle": f"last {last} steps · gaps in compute: the device idle"}
+        if named else {"text": title, "subtitle": sub},
         "mark": {"type": "bar", "height": {"band": 0.7}},
         "encoding": {"x": {"field": "start_ms", "type": "quantitative", "title": "time (ms)"}, "x2": {"field": "end_ms"},
                      "y": {"field": "lane", "type": "nominal", "sort": list(LANES), "scale": {"domain": list(LANES)}, "title": None},
@@ -534,7 +536,7 @@ def lane_chart(steps: Sequence[Record], last: int = 12, height: int = 230, title
                      "tooltip": _tip("lane:N", "step:Q", "ms:Q")},
     }
     if named:
-        body["params"] = [{"name": "lane_subtitle", "value": f"last {last} steps"}]
+        body["params"] = [{"name": "lane_title", "value": title}]
     return spec(body)
 
 

@@ -206,8 +206,8 @@
       const spans = R.laneSpans(steps, W.lanes);
       changed += feed("lanes", "lanes", spans, r => r.step + ":" + r.lane);
       const runner = steps.length ? steps[steps.length - 1].runner : "";
-      const sub = `${runner} runner · last ${W.lanes} steps · device busy ${(100 * R.deviceBusy(spans)).toFixed(0)}% of the time`;
-      if (S.views.lanes.signal("lane_subtitle") !== sub) { S.views.lanes.signal("lane_subtitle", sub); changed++; }
+      const title = `CPU / device timeline · ${runner} runner · device busy ${(100 * R.deviceBusy(spans)).toFixed(0)}%`;
+      if (S.views.lanes.signal("lane_title") !== title) { S.views.lanes.signal("lane_title", title); changed++; }
     }
     for (const v of Object.values(S.views)) v.runAsync();
     showLastStep();

@@ -1,0 +1,159 @@
+"""The browser view's rows (app/component/rows.js, run in real Chromium) equal app/charts.py's.
+
+The recorded telemetry of real tiny-model runs (every policy, and the async runner) goes into a
+blank Chromium page holding rows.js; every data function's rows must equal the Python function's
+on the same records, exactly (same floats: the same operations in the same order). A variant of
+the records carries ``expected_s`` (spiky, so steps slowed by the machine and admission stalls
+both occur) and prefix-cache counts, so the honest-stall and shared/cached paths are compared too.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from app import charts
+
+ROWS_JS = Path(__file__).resolve().parents[2] / "app" / "component" / "rows.js"
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium")
+
+JS = """([steps, people]) => {
+  const R = window.FluxoRows;
+  const ppl = new Set(people);
+  const itl = R.itlPerStep(steps);
+  const prefixes = [1, Math.floor(steps.length / 3), Math.floor(steps.length / 2), steps.length];
+  const [win, spans] = R.fitWindow(steps, 300, ppl, 1500);
+  return {
+    slot_spans: R.slotSpans(steps, ppl), queue_series: R.queueSeries(steps), overview: R.overview(steps),
+    overview_20: R.overview(steps, 20), fit_window: [win.map(r => r.step), spans],
+    itl_per_step: itl, admission_markers: R.admissionMarkers(itl), machine_markers: R.machineMarkers(itl),
+    stall_lines: R.stallLines(itl), prefill_bars: R.prefillBars(itl),
+    kv_series: R.kvSeries(steps), kv_series_fine: R.kvSeries(steps, steps.length, 16),
+    request_kv_tokens: prefixes.map(n => Array.from(R.requestKvTokens(steps.slice(0, n)).entries())),
+    block_map: prefixes.map(n => R.blockMap(steps.slice(0, n))), block_map_small: R.blockMap(steps, 50),
+    lane_spans: R.laneSpans(steps, 12), lane_spans_all: R.laneSpans(steps, 0),
+    device_busy: R.deviceBusy(R.laneSpans(steps, 12)),
+  };
+}"""
+
+
+def python_rows(steps: list[dict], people: set[int]) -> dict:
+    itl = charts.itl_per_step(steps)
+    prefixes = [1, len(steps) // 3, len(steps) // 2, len(steps)]
+    win, spans = charts._fit_window(steps, 300, people, 1500)
+    return {
+        "slot_spans": charts.slot_spans(steps, people), "queue_series": charts.queue_series(steps),
+        "overview": charts.overview(steps), "overview_20": charts.overview(steps, 20),
+        "fit_window": [[r["step"] for r in win], spans],
+        "itl_per_step": itl, "admission_markers": charts.admission_markers(itl),
+        "machine_markers": charts.machine_markers(itl), "stall_lines": charts.stall_lines(itl),
+        "prefill_bars": charts.prefill_bars(itl),
+        "kv_series": charts.kv_series(steps), "kv_series_fine": charts.kv_series(steps, bins=len(steps), block_size=16),
+        "request_kv_tokens": [[[k, v] for k, v in charts.request_kv_tokens(steps[:n]).items()] for n in prefixes],
+        "block_map": [charts.block_map(steps[:n]) for n in prefixes], "block_map_small": charts.block_map(steps, 50),
+        "lane_spans": charts.lane_spans(steps, 12), "lane_spans_all": charts.lane_spans(steps, 0),
+        "device_busy": charts.device_busy(charts.lane_spans(steps, 12)),
+    }
+
+
+def with_expected_and_prefix(steps: list[dict]) -> list[dict]:
+    """The same records with ``expected_s`` (None for the first steps, as before the cost model is
+    calibrated; then the measured duration, scaled down 3x on every 7th step so the machine seems to
+    have slowed it) and prefix-cache counts (shared and cached blocks, cached prompt tokens)."""
+    out = copy.deepcopy(steps)
+    for i, rec in enumerate(out):
+        dur = rec["t_end"] - rec["t_start"]
+        rec["expected_s"] = None if i < 5 else (dur / 3 if i % 7 == 0 else dur * 0.9)
+        kv = rec["kv"]
+        kv["blocks_shared"] = min(kv["blocks_used"], i % 3)
+        kv["blocks_cached"] = min(kv["blocks_total"] - kv["blocks_used"], i % 5)
+        rec["cached_tokens"] = 16 * (i % 2) if rec["admitted"] else 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def js_page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        page = browser.new_page()
+        page.set_content("<!doctype html><html><body></body></html>")
+        page.add_script_tag(path=str(ROWS_JS))
+        yield page
+        browser.close()
+
+
+def normalize(value):
+    """JSON round trip: tuples become lists, as the JS side's arrays."""
+    return json.loads(json.dumps(value))
+
+
+@pytest.mark.parametrize("policy", ["static", "continuous", "chunked", "async"])
+@pytest.mark.parametrize("variant", ["recorded", "expected_and_prefix"])
+def test_js_rows_equal_python_rows(js_page, runs, policy, variant):
+    steps, requests = runs[policy]
+    if variant == "expected_and_prefix":
+        steps = with_expected_and_prefix(steps)
+    people = {r["id"] for r in requests if r["client"] != "traffic"}
+    got = js_page.evaluate(JS, [steps, sorted(people)])
+    want = normalize(python_rows(steps, people))
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name] == want[name], f"{name} differs ({policy}, {variant})"
+    if variant == "expected_and_prefix":  # the classification paths were exercised
+        itl = want["itl_per_step"]
+        assert any(r["slow"] for r in itl) and any(r["stall"] for r in itl)
+        assert any(r["state"] == "shared" and r["tokens"] for r in want["kv_series_fine"])
+        assert any(c["state"] == "cached" for m in want["block_map"] for c in m)
+
+
+def test_js_rows_fill_the_python_specs(js_page, runs):
+    """What the browser feeds each named dataset is what the inline Python chart would carry."""
+    steps, requests = runs["continuous"]
+    people = {r["id"] for r in requests if r["client"] != "traffic"}
+    got = js_page.evaluate("""([steps, people]) => {
+      const R = window.FluxoRows;
+      const [win, spans] = R.fitWindow(steps, 300, new Set(people), R.MAX_ROWS - R.OVERVIEW_BINS * 4 - 300);
+      const itl = R.itlPerStep(steps).slice(-300);
+      return {spans: spans.map(s => ({slot: s.slot, request: s.request, phase: s.phase, start: s.start, end: s.end,
+                                      tokens: s.tokens, who: s.who})),
+              queue: R.queueSeries(win), itl_lines: R.stallLines(itl), admissions: R.admissionMarkers(itl),
+              kv_series: R.kvSeries(R.window(steps, 2000)), blocks: R.blockMap(R.window(steps, 2000)),
+              lanes: R.laneSpans(steps, 12)};
+    }""", [steps, sorted(people)])
+    slots = charts.slot_chart(steps, people)
+    stalls = charts.stall_chart(steps)
+    kv = charts.kv_chart(steps)
+    lanes = charts.lane_chart(steps)
+    assert got["spans"] == normalize(slots["vconcat"][0]["data"]["values"])
+    assert got["queue"] == normalize(slots["vconcat"][1]["data"]["values"])
+    assert got["itl_lines"] == normalize(stalls["layer"][1]["layer"][2]["data"]["values"])
+    assert got["admissions"] == normalize(stalls["layer"][1]["layer"][0]["data"]["values"])
+    assert got["kv_series"] == normalize(kv["hconcat"][0]["data"]["values"])
+    assert got["blocks"] == normalize(kv["hconcat"][1]["data"]["values"])
+    assert got["lanes"] == normalize(lanes["data"]["values"])
+    # and the named specs name exactly the datasets the browser feeds
+    named = charts.named_charts()
+    for chart, names in charts.DATASETS.items():
+        found = set()
+
+        def walk(node):
+            if isinstance(node, dict):
+                if isinstance(node.get("data"), dict) and "name" in node["data"]:
+                    found.add(node["data"]["name"])
+                    assert "values" not in node["data"]
+                for v in node.values():
+                    walk(v)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v)
+
+        walk(named[chart])
+        assert found == set(names), chart
+        charts.as_altair(named[chart], validate=True)
