@@ -16,7 +16,7 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 lab: setup
-	PY=$(PY) scripts/lab.sh
+	$(PY) -m engine.lab
 
 demo: setup
 	$(PY) -m engine.demo

@@ -12,7 +12,7 @@ DTYPES = ("float32", "bfloat16", "float64")
 
 # What a presenter may change between steps, without reloading the model.
 LIVE_FIELDS = ("policy", "runner", "max_slots", "kv_layout", "kv_blocks", "chunk_budget", "fill_timeout_s",
-               "host_work_ms")
+               "host_work_ms", "prefix_cache")
 
 
 @dataclass(slots=True)
@@ -28,6 +28,9 @@ class EngineConfig:
     block_size: int = 16
     chunk_budget: int = 64  # tokens per step under the chunked policy (decodes included)
     fill_timeout_s: float = 0.5  # static: how long a partial batch waits to fill before it starts
+    # Reuse the KV blocks of prompt prefixes already computed (engine/block_manager.py); off
+    # forgets every cached block. On by default: `python -m engine.bench prefix` measures its cost.
+    prefix_cache: bool = True
     # Simulated host work: ms of extra host-side delay in every step's prepare stage (a teaching
     # knob: it stands in for a GPU host loop's Python, tensor building and launches). The sync
     # runner leaves the device idle for it; the async runner hides it under the previous compute.
@@ -35,7 +38,8 @@ class EngineConfig:
     max_model_len: int = 2048
     max_new_tokens_limit: int = 1024
     seed: int = 0
-    threads: int | None = None
+    threads: int | None = None  # torch threads; None: torch's default (one per core)
+    cpus: tuple[int, ...] | None = None  # cores the process computes on (see engine/cpu.py); None: all
 
     def __post_init__(self) -> None:
         self.validate()
@@ -56,8 +60,16 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 raise InvalidConfig(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or isinstance(self.threads, bool)
+                                         or not 1 <= self.threads <= 1024):
+            raise InvalidConfig(f"threads must be an integer in [1, 1024], got {self.threads!r}")
+        if self.cpus is not None and (not isinstance(self.cpus, tuple) or not self.cpus
+                                      or not all(isinstance(c, int) and c >= 0 for c in self.cpus)):
+            raise InvalidConfig(f"cpus must be a non-empty tuple of core ids, got {self.cpus!r}")
         if not isinstance(self.fill_timeout_s, (int, float)) or not 0 <= self.fill_timeout_s <= 3600:
             raise InvalidConfig(f"fill_timeout_s must be in [0, 3600] seconds, got {self.fill_timeout_s!r}")
+        if not isinstance(self.prefix_cache, bool):
+            raise InvalidConfig(f"prefix_cache must be true or false, got {self.prefix_cache!r}")
         if (not isinstance(self.host_work_ms, (int, float)) or isinstance(self.host_work_ms, bool)
                 or not 0 <= self.host_work_ms <= 1000):
             raise InvalidConfig(f"host_work_ms must be in [0, 1000] ms, got {self.host_work_ms!r}")

@@ -14,9 +14,10 @@ from typing import Callable
 
 import torch
 
-from engine import device
+from engine import cpu, device
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.cost_model import CostModel, StepWork
 from engine.errors import FluxoError, InvalidConfig, KVBudgetTooSmall, StepFailed
 from engine.model import load_model
 from engine.llama import ForwardBatch
@@ -46,6 +47,7 @@ class _Work:
     outputs: list[tuple[int, Sequence, int]] = field(default_factory=list)  # (row, sequence, output index)
     future: Future | None = None
     tokens: torch.Tensor | None = None
+    cost: StepWork | None = None  # what the cost model prices (engine/cost_model.py)
 
 
 class Engine:
@@ -53,8 +55,9 @@ class Engine:
                  clock: Callable[[], float] = time.perf_counter, max_telemetry_steps: int | None = None,
                  max_telemetry_requests: int | None = None) -> None:
         self.config = config or EngineConfig()
-        if self.config.threads:
-            torch.set_num_threads(self.config.threads)
+        if self.config.threads or self.config.cpus:
+            cpu.apply(self.config.threads, self.config.cpus)
+            device.run(torch.set_num_threads, torch.get_num_threads())  # the device thread's pool too
         if model is None:
             model, tokenizer = device.run(load_model, self.config.model, self.config.dtype, self.config.seed)
         if self.config.device == "cuda":
@@ -84,6 +87,8 @@ class Engine:
         self.paused = False
         self._ended_this_step: list[int] = []
         self._inflight: _Work | None = None
+        self.cost_model = CostModel()
+        self._calibrating = False
 
     def _eos_ids(self) -> set[int]:
         eos = getattr(self.model.generation_config, "eos_token_id", None) or self.tokenizer.eos_token_id
@@ -140,6 +145,15 @@ class Engine:
         with self._lock:
             incoming = len(self._incoming)
         return incoming + len(self.scheduler.waiting)
+
+    def queue_positions(self) -> dict[int, int]:
+        """Request id -> place in the queue (1 = admitted next), for every request not admitted
+        yet: the scheduler's queue in order, then what was submitted since the last step. Safe
+        from any thread (the copies are taken whole)."""
+        with self._lock:
+            incoming = [s.id for s in self._incoming]
+        waiting = [s.id for s in list(self.scheduler.waiting)] + incoming
+        return {rid: i + 1 for i, rid in enumerate(waiting)}
 
     # -- control -----------------------------------------------------------------------------
     def reconfigure(self, **changes: object) -> EngineConfig:
@@ -300,6 +314,7 @@ class Engine:
         work = _Work(batch, rows, fb, t_start, self.config.policy, self.config.runner, slots=self._slots_view(batch),
                      events=self.telemetry.take_events())  # switches applied before this step belong to it
         work.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})
+        work.cost = _step_work(batch, rows)
         return work
 
     def _launch(self, work: _Work, prev_tokens: torch.Tensor | None) -> None:
@@ -334,6 +349,7 @@ class Engine:
 
     def _finish(self, work: _Work, tokens: list[int]) -> Record:
         t = self.now()
+        self.scheduler.on_computed(work.batch)  # its full blocks are real now: findable in the prefix cache
         for row, seq, index in work.outputs:
             if seq.status.ended:  # stopped while this token was computed: the surplus is dropped
                 continue
@@ -401,8 +417,12 @@ class Engine:
         return {
             "blocks_total": self.blocks.budget,
             "blocks_used": self.blocks.num_used,
-            "tokens_stored": sum(s.num_cached for s in self.scheduler.running),
+            # A shared block is full and counted once per holder in num_cached: count it once.
+            "tokens_stored": sum(s.num_cached for s in self.scheduler.running)
+            - self.blocks.extra_refs * self.config.block_size,
             "tokens_allocated": self.blocks.num_used * self.config.block_size,
+            "blocks_shared": self.blocks.num_shared,  # referenced by more than one sequence
+            "blocks_cached": self.blocks.num_cached,  # free, content still findable (counted as free)
         }
 
     def _record(self, work: _Work, t_end: float) -> Record:
@@ -421,14 +441,52 @@ class Engine:
             "admitted": [s.id for s in work.batch.admitted],
             "finished": list(self._ended_this_step),
             "preempted": [s.id for s in work.batch.preempted],
+            # Prefix cache: tokens each admission took from it (request id -> tokens), and their sum.
+            "admitted_cached": dict(work.batch.cached),
+            "cached_tokens": sum(work.batch.cached.values()),
             "queue_len": len(self.scheduler.waiting),
             "kv": work.kv,
             "tokens": tokens,
             "spans": work.spans,
             "events": work.events,
+            # The cost model's duration for this step's work on a quiet machine (None until it
+            # has seen enough steps): measured >> expected with nothing admitted is the machine.
+            "expected_s": None if work.cost is None else self.cost_model.expected(work.cost),
         }
+        self._observe_cost(work)
         self.telemetry.add_step(record)
         return record
+
+    def _observe_cost(self, work: _Work) -> None:
+        compute = [s["end"] - s["start"] for s in work.spans if s["lane"] == "compute"]
+        if work.cost is None or not compute:  # a failed step computed nothing worth learning
+            return
+        host = sum(s["end"] - s["start"] for s in work.spans if s["lane"] != "compute")
+        self.cost_model.observe(work.cost, compute[0], host, pin=self._calibrating)
+
+    def calibrate(self, rounds: tuple[tuple[int, int], ...] = ((1, 24), (4, 48), (8, 96), (2, 384))) -> float:
+        """Run a few prompts of different sizes (``(requests, prompt tokens)`` per round, 6 new
+        tokens each) so the cost model knows this machine's quiet step costs; call it on an idle
+        engine before serving. The calibration steps are then dropped from the telemetry.
+        Returns the seconds it took (~3 s for SmolLM2 on 2 cores)."""
+        t0 = time.perf_counter()
+        base = self.tokenizer.encode("The weights are read once per step, whatever the batch. ") or [1]
+        self._calibrating = True
+        try:
+            for n, length in rounds:
+                ids = (base * (length // len(base) + 1))[:min(length, self.config.max_model_len - 8)]
+                for _ in range(n):
+                    try:
+                        self.submit(token_ids=ids, max_new_tokens=6, ignore_eos=True, client="calibration")
+                    except FluxoError:  # a small KV budget or context: skip the sizes that cannot fit
+                        break
+                self.run_until_idle()
+        finally:
+            self._calibrating = False
+        self.cost_model.fit()
+        self.telemetry.clear()
+        self.step_count = 0
+        return time.perf_counter() - t0
 
     # -- drivers -----------------------------------------------------------------------------
     def run_until_idle(self, max_steps: int = 1_000_000) -> int:
@@ -461,3 +519,10 @@ class Engine:
 
     def live_requests(self) -> list[Sequence]:
         return list(self._live.values())
+
+
+def _step_work(batch: ScheduledBatch, rows: list) -> StepWork:
+    """The counts the cost model prices, taken before the step advances ``num_cached``."""
+    pairs = sum(n * (seq.num_cached + n) for seq, n in batch.items) + sum(s.num_cached + 1 for s in batch.dead)
+    tokens = sum(n for _, n in batch.items) + len(batch.dead)
+    return StepWork(tokens=tokens, logit_rows=len(rows), attention_pairs=pairs)

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--token", default=os.environ.get("FLUXO_TOKEN"), help="presenter token (or FLUXO_TOKEN)")
     ap.add_argument("--model", default="smollm2", help="smollm2 (bundled), tiny (random, for tests) or a local checkpoint dir")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--device", default=os.environ.get("FLUXO_DEVICE", "cpu"),
+                    help="cpu or cuda (or FLUXO_DEVICE); cuda without a GPU is an error, never a silent CPU run")
     ap.add_argument("--policy", default="continuous")
     ap.add_argument("--runner", default="sync")
     ap.add_argument("--slots", type=int, default=8)
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         token = secrets.token_urlsafe(12)
         print(f"presenter token (bound to {args.host}, control needs it): {token}", flush=True)
-    config = EngineConfig(threads=args.threads, cpus=cpu.parse(args.cpus), model=args.model, dtype=args.dtype, policy=args.policy, runner=args.runner, max_slots=args.slots,
+    config = EngineConfig(threads=args.threads, cpus=cpu.parse(args.cpus), device=args.device, model=args.model, dtype=args.dtype, policy=args.policy, runner=args.runner, max_slots=args.slots,
                           kv_blocks=args.kv_blocks, kv_layout=args.kv_layout, chunk_budget=args.chunk_budget)
     engine = Engine(config, max_telemetry_steps=args.history, max_telemetry_requests=args.history)
     limits = Limits(queue_limit=args.queue_limit, max_open_requests=args.max_open, max_requests_per_s=args.rate_limit)

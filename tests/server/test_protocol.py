@@ -37,7 +37,7 @@ def test_hello_state_and_exactly_one_terminal_message(serve):
         c = await open_client(url(server))
         hello = c.seen[0]
         assert hello["role"] == "presenter" and hello["client"].startswith("c")
-        assert hello["limits"]["max_open_requests"] == 8 and hello["state"]["config"]["policy"] == "continuous"
+        assert hello["limits"]["max_open_requests"] == 4 and hello["state"]["config"]["policy"] == "continuous"
         rid, _, done, _ = await c.chat("Say hi.", 6, ref="x")
         assert done["ref"] == "x" and done["request"] == rid
         await asyncio.sleep(0.3)  # nothing else may follow the terminal message

@@ -1,0 +1,70 @@
+"""A whole class on one server: every connection chats under its own limits, a waiting request is
+told its place in the queue, and a comparison holds the live engine and its traffic."""
+from __future__ import annotations
+
+import asyncio
+
+from server_client import open_client, url, wait_idle
+
+from engine.server import Limits
+
+
+def test_ten_clients_chat_at_once_and_waiting_requests_learn_their_place(serve):
+    server = serve(max_slots=2, limits=Limits(queue_report_s=0.1))
+
+    async def main():
+        clients = [await open_client(url(server)) for _ in range(10)]
+        await clients[0].send({"type": "pause"})
+        await clients[0].until(lambda m: m["type"] == "state" and m["paused"])
+        for i, c in enumerate(clients):
+            await c.send({"type": "chat", "prompt": f"Count to {i + 3}.", "max_tokens": 6, "ref": f"q{i}"})
+        accepted = [await c.until(lambda m: m["type"] in ("accepted", "error")) for c in clients]
+        assert [a["type"] for a in accepted] == ["accepted"] * 10, accepted  # nobody refused
+        assert sorted(a["queue_position"] for a in accepted) == list(range(1, 11))
+        await clients[0].send({"type": "resume"})
+        ends = await asyncio.gather(*(c.until(lambda m: m["type"] in ("done", "error")) for c in clients))
+        assert [e["type"] for e in ends] == ["done"] * 10
+        return clients, accepted
+
+    clients, accepted = asyncio.run(main())
+    last = max(range(10), key=lambda i: accepted[i]["queue_position"])  # the 10th in line
+    seen = [m["position"] for m in clients[last].seen if m["type"] == "queued"]
+    assert seen and seen[-1] == 0, seen  # told when it was admitted
+    waiting = [p for p in seen if p > 0]
+    assert waiting == sorted(waiting, reverse=True) and waiting[0] < 10  # it moved up the queue
+    for c in clients:
+        assert not [m for m in c.seen if m["type"] == "queued" and m["ref"] not in {f"q{i}" for i in range(10)}]
+
+
+def test_a_comparison_holds_live_stepping_and_traffic(serve):
+    server = serve(max_slots=4)
+
+    async def main():
+        presenter = await open_client(url(server))
+        await presenter.send({"type": "traffic", "action": "start", "rate": 8, "prompts": "chat", "lengths": "uniform",
+                              "median": 8, "max_tokens": 8})
+        await presenter.until(lambda m: m["type"] == "state" and m["traffic"])
+        await asyncio.sleep(1.0)
+        await presenter.send({"type": "compare", "workload": "uniform", "a": {"policy": "static"},
+                              "b": {"policy": "continuous"}, "scale": 0.1, "ref": "cmp"})
+        await presenter.until(lambda m: m["type"] == "state" and m["comparing"])
+        await asyncio.sleep(0.3)  # the live step in progress has ended: from here nothing live steps
+        held_step, held_sent = server.engine.step_count, server.traffic_stats["sent"]
+        await presenter.send({"type": "resume", "ref": "r"})
+        refused = await presenter.until(lambda m: m.get("ref") == "r")
+        result = await presenter.until(lambda m: m["type"] == "compare", timeout=600)
+        during = (server.engine.step_count - held_step, server.traffic_stats["sent"] - held_sent)
+        state = await presenter.until(lambda m: m["type"] == "state" and not m["comparing"])
+        await asyncio.sleep(1.0)
+        after = server.engine.step_count
+        await presenter.send({"type": "traffic", "action": "stop"})
+        return refused, result, during, state, after, held_step
+
+    refused, result, during, state, after, held_step = asyncio.run(main())
+    assert refused["type"] == "error" and refused["code"] == "compare_running"
+    assert during == (0, 0), during  # no live step and no traffic arrival while the replays ran
+    assert result["held"] == {"live_engine_paused": True, "traffic_held": True}
+    ratios = result["ratios"]
+    assert ratios["tokens_per_step_b_over_a"] > 0 and ratios["slot_steps_per_token_b_over_a"] > 0
+    assert not state["paused"] and after > held_step  # live serving went on afterwards
+    asyncio.run(wait_idle(server, 120))
