@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
                           kv_blocks=args.kv_blocks, kv_layout=args.kv_layout, chunk_budget=args.chunk_budget)
     engine = Engine(config, max_telemetry_steps=args.history, max_telemetry_requests=args.history)
     limits = Limits(queue_limit=args.queue_limit, max_open_requests=args.max_open, max_requests_per_s=args.rate_limit)
-    http_port = args.port + 1 if args.http_port is None else (args.http_port or None)
+    http_port = (args.port + 1 if args.port else 0) if args.http_port is None else (args.http_port or None)
     if config.cpus or config.threads:
         print(f"engine computes with {torch.get_num_threads()} torch thread(s)"
               + (f" on core(s) {','.join(map(str, config.cpus))} {cpu.platform_note()}" if config.cpus else ""), flush=True)
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         took = engine.calibrate()
         print(f"cost model calibrated on quiet steps in {took:.1f} s", flush=True)
     server = Server(engine, args.host, args.port, token, limits, model_name=args.model, http_port=http_port)
-    if http_port is not None:
+    if http_port:  # (an ephemeral port is logged once bound)
         host = f"[{args.host}]" if ":" in args.host else args.host
         print(f"OpenAI-compatible HTTP API: http://{host}:{http_port}/v1 (health and metrics also on "
               f"http://{host}:{args.port}/health and /metrics)", flush=True)

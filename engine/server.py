@@ -186,8 +186,11 @@ class Server:
                 log.info("fluxo server on ws://%s:%d (%s)", self.host, self.port,
                          "presenter token required for control" if self.token else "loopback: every client presents")
                 if self.http_port is not None:
-                    self.http_url = await self.http.start(self.host, self.http_port)
-                    log.info("OpenAI-compatible HTTP API on %s/v1", self.http_url)
+                    try:
+                        self.http_url = await self.http.start(self.host, self.http_port)
+                        log.info("OpenAI-compatible HTTP API on %s/v1", self.http_url)
+                    except OSError as exc:  # e.g. the port is taken: the websocket server still serves
+                        log.warning("no OpenAI-compatible HTTP API: port %d: %s", self.http_port, exc)
                 self.ready.set()
                 await (stop if stop is not None else asyncio.get_running_loop().create_future())
         finally:
