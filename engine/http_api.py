@@ -42,6 +42,7 @@ MAX_HEAD_BYTES = 16 * 1024  # request line + headers
 MAX_CONNECTIONS = 1024
 IDLE_S = 75.0  # a keep-alive connection with no request for this long is closed
 BODY_S = 30.0  # time to send a whole body
+STALL_S = 60.0  # a stream whose client reads nothing for this long is dropped (its request cancelled)
 MAX_STOP = 16  # stop strings per request
 MAX_STOP_CHARS = 256
 
@@ -523,9 +524,15 @@ class Conn:
         return keep
 
     async def event(self, data: str) -> None:
+        if self.writer.transport.is_closing():
+            raise _Gone()
         payload = f"data: {data}\n\n".encode()
         self.writer.write(b"%x\r\n%s\r\n" % (len(payload), payload) if self.chunked else payload)
-        await self.writer.drain()
+        if self.writer.transport.get_write_buffer_size() > 65536:  # a client that stopped reading
+            try:
+                await asyncio.wait_for(self.writer.drain(), STALL_S)
+            except asyncio.TimeoutError:
+                raise _Gone() from None
 
     async def end_events(self) -> None:
         if self.chunked:
