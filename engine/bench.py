@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from engine import device
+from engine import device, replay
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.metrics import inter_token_latencies, median, percentile, summarize
@@ -27,48 +27,14 @@ Result = dict[str, Any]
 DEVICE = "cpu"  # set by --device; every engine of a run uses it
 
 
-def run(model, tok, items: list[WorkItem], ignore_eos: bool = True,
-        on_step: Callable[[Engine, int], None] | None = None,
-        on_submit: Callable[[int, RequestHandle], None] | None = None, **config: Any) -> tuple[Result, Engine]:
-    """Submit ``items`` as the engine clock passes each one's ``arrival_s`` and step until idle.
-
-    ``on_step`` may inject more requests; ``on_submit(index, handle)`` sees each item's handle.
-    """
-    config.setdefault("device", DEVICE)
-    engine = Engine(EngineConfig(**config), model=model, tokenizer=tok)
-    # Stable sort: items arriving together keep their order (the order a burst is queued in).
-    pending = sorted(range(len(items)), key=lambda i: items[i].arrival_s)
-    nxt = 0
-
-    def submit_due() -> None:
-        nonlocal nxt
-        while nxt < len(pending) and items[pending[nxt]].arrival_s <= engine.now():
-            it = items[pending[nxt]]
-            handle = engine.submit(prompt=it.prompt, max_new_tokens=it.max_new_tokens, ignore_eos=ignore_eos)
-            if on_submit is not None:
-                on_submit(pending[nxt], handle)
-            nxt += 1
-
-    submit_due()
-    steps = 0
-    while nxt < len(pending) or engine.has_work():
-        submit_due()
-        if on_step is not None:
-            on_step(engine, steps)
-        if engine.step() is None:
-            # Idle: wait for the next arrival (or a static batch's fill timeout), not a busy loop.
-            wait = items[pending[nxt]].arrival_s - engine.now() if nxt < len(pending) else 0.001
-            time.sleep(min(max(wait, 0.0005), 0.005))
-        else:
-            steps += 1
-    records = list(engine.telemetry.steps)
-    summary = summarize(records, list(engine.telemetry.requests.values()))
-    summary["config"] = {k: config[k] for k in sorted(config)}
-    return summary, engine
+def run(model, tok, items: list[WorkItem], **kwargs: Any) -> tuple[Result, Engine]:
+    """``replay.run`` on this run's device (``--device``)."""
+    kwargs.setdefault("device", DEVICE)
+    return replay.run(model, tok, items, **kwargs)
 
 
 def warm_up(model, tok) -> None:
-    run(model, tok, [WorkItem(CHAT_PROMPTS[0], 4)] * 2, max_slots=2)
+    replay.warm_up(model, tok, DEVICE)
 
 
 def _slot_steps(engine: Engine) -> int:
@@ -277,10 +243,22 @@ def machine() -> Result:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
-    ap.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    ap.add_argument("scenario", choices=[*SCENARIOS, "page", "all"])
     ap.add_argument("--json", type=Path, help="write the results (with a top-level 'ratios') here")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--seconds", type=float, default=20.0, help="page: seconds per measured phase")
+    ap.add_argument("--reps", type=int, default=2, help="page: A/B repetitions")
     args = ap.parse_args(argv)
+    if args.scenario == "page":  # the lab runs in its own processes: no model in this one
+        from engine import bench_page
+
+        result = bench_page.main(args)
+        print(bench_page.table(result), flush=True)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"machine": machine(), "ratios": result["ratios"],
+                                             "scenarios": {"page": result}}, indent=1, default=str))
+        return 0
     global DEVICE
     DEVICE = args.device
     model, tok = device.run(load_model, "smollm2", "float32")

@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--token", default=env("FLUXO_TOKEN") or None, help="presenter token")
     ap.add_argument("--device", default=env("FLUXO_DEVICE", "cpu"), help="cpu or cuda (the engine's device)")
     ap.add_argument("--no-pin", action="store_true", help="share every core between engine, page and browser")
+    ap.add_argument("--open", action="store_true",
+                    help="open the page in the default browser, started on the page's cores")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both to come up")
     return ap.parse_args(argv)
 
@@ -89,8 +91,9 @@ def _engine_up(port: int) -> bool:
         return False
 
 
-def start(args: argparse.Namespace) -> tuple[subprocess.Popen, subprocess.Popen, str | None, cpu.Split]:
-    split = cpu.lab_split(pin=False if args.no_pin else None)
+def start(args: argparse.Namespace, split: cpu.Split | None = None
+          ) -> tuple[subprocess.Popen, subprocess.Popen, str | None, cpu.Split]:
+    split = split or cpu.lab_split(pin=False if args.no_pin else None)
     if args.no_pin:
         split = cpu.Split(tuple(cpu.available()), len(cpu.available()), (), False)
     token = args.token
@@ -148,6 +151,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  The page is reachable beyond this machine: students are viewers; the presenter token is  {token}",
                   flush=True)
         print("  Ctrl-C stops both.", flush=True)
+        if args.open:
+            if split.pinned and split.page_cpus:  # a browser started from here inherits the page's cores
+                cpu.pin_process(split.page_cpus)
+            import webbrowser
+
+            webbrowser.open(f"http://localhost:{args.page_port}")
         if hasattr(signal, "SIGTERM"):
             signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         while engine.poll() is None and page.poll() is None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from engine import device
-from engine.bench import warm_up
+from engine.replay import warm_up
 from engine.model import load_model
 from engine.scenario import Result, lesson_dir, lesson_dirs, load, run_lesson
 

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.bench import run
+from engine.replay import run
 from engine.config import LIVE_FIELDS, EngineConfig
 from engine.errors import InvalidConfig, UnknownMode
 from engine.metrics import inter_token_latencies, median, percentile, summarize
@@ -76,7 +76,7 @@ SPECS: dict[str, Spec] = {
     # Lesson 8: eight prompts of very different lengths at once (the "mixed" set: ~25 % long
     # reports of ~320 tokens), 16 forced tokens each: padded batch vs ragged (packed) steps.
     "ragged": {"engine": {"max_slots": 8},
-               "groups": [_group(prompts="mixed", prompt_tokens=320, requests=8, median=16, seed=3,
+               "groups": [_group(prompts="mixed", prompt_tokens=320, requests=8, median=16, seed=2,
                                  scale="lengths")]},
     # Lesson 9: lesson 5's steady state with 15 ms of simulated host work in every step's prepare.
     "hostwork": {"engine": {"max_slots": 8, "host_work_ms": 15.0},
