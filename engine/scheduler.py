@@ -5,6 +5,9 @@
 - continuous: every step, ended sequences leave and waiting ones enter while a slot and KV are
   free; a new prompt is prefilled whole.
 - chunked: as continuous under a per-step token budget; running decodes first, prefill chunks after.
+
+Under every policy an admission first takes the full blocks its tokens share with the prefix cache
+(``EngineConfig.prefix_cache``) and schedules only the rest; cached tokens cost no chunk budget.
 """
 from __future__ import annotations
 
@@ -22,6 +25,10 @@ class ScheduledBatch:
     dead: list[Sequence] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    cached: dict[int, int] = field(default_factory=dict)  # admitted request id -> tokens from the prefix cache
+    # (sequence, its block table as scheduled, tokens it will have computed): what ``on_computed``
+    # registers once the step has finished; the table's identity tells a later re-admission apart.
+    spans: list[tuple[Sequence, list[int], int]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.items or self.dead)
@@ -82,13 +89,28 @@ class Scheduler:
     # -- one step --------------------------------------------------------------------------
     def schedule(self, now: float) -> ScheduledBatch:
         self._tick += 1
+        if self.blocks.caching != self.config.prefix_cache:  # a live switch: off forgets every key
+            self.blocks.set_caching(self.config.prefix_cache)
         batch = ScheduledBatch()
         if self.config.policy == "static":
             self._schedule_static(batch, now)
         else:
             budget = self.config.chunk_budget if self.config.policy == "chunked" else None
             self._schedule_flowing(batch, budget)
+        for seq, n in batch.items:
+            seq.computed_prompt_tokens += max(0, min(n, seq.prefill_end - seq.num_cached))
+            batch.spans.append((seq, seq.block_table, seq.num_cached + n))
         return batch
+
+    def on_computed(self, batch: ScheduledBatch) -> None:
+        """``batch``'s step has finished: its sequences' full blocks are now real K/V of real
+        tokens, so they become findable. Never earlier: under the async runner the newest token is
+        a placeholder when the next step is scheduled, and a failed step never gets here."""
+        if not self.blocks.caching:
+            return
+        for seq, table, upto in batch.spans:
+            if seq.block_table is table:  # not released (or preempted and re-admitted) meanwhile
+                self.blocks.register(seq, upto)
 
     def _grow_or_preempt(self, seq: Sequence, target: int, batch: ScheduledBatch) -> bool:
         """Make room for ``seq`` to hold ``target`` tokens, preempting the newest running sequences."""
@@ -101,10 +123,10 @@ class Scheduler:
         self.blocks.grow(seq, target)
         return True
 
-    def _admit_target(self, seq: Sequence, first_chunk: int) -> int:
+    def _admit_target(self, seq: Sequence, cached: int, first_chunk: int) -> int:
         if self.config.kv_layout == "reserved":
-            return len(seq.prompt_ids) + seq.params.max_new_tokens
-        return seq.num_cached + first_chunk
+            return max(len(seq.prompt_ids) + seq.params.max_new_tokens, cached + first_chunk)
+        return cached + first_chunk
 
     def _free_slot(self) -> int:
         taken = {s.slot for s in self.running}
@@ -113,11 +135,19 @@ class Scheduler:
     def _admit(self, batch: ScheduledBatch, chunk: int | None) -> bool:
         """Try to admit the head of the queue with ``chunk`` prefill tokens (None = all of them)."""
         seq = self.waiting[0]
-        n = seq.pending if chunk is None else min(chunk, seq.pending)
-        if not self.blocks.can_grow(seq, self._admit_target(seq, n)):
+        hits, keys = self.blocks.match(seq)
+        cached = len(hits) * self.blocks.block_size
+        pending = seq.num_tokens - cached
+        n = pending if chunk is None else min(chunk, pending)
+        target = self._admit_target(seq, cached, n)
+        if not self.blocks.can_admit(hits, target):
             return False
         self.waiting.popleft()
-        self.blocks.grow(seq, self._admit_target(seq, n))
+        self.blocks.admit(seq, hits, keys, target)
+        seq.num_cached = cached
+        seq.cached_tokens += cached
+        seq.prefill_end = seq.num_tokens
+        batch.cached[seq.id] = cached
         seq.slot = self._free_slot()
         seq.status = Status.RUNNING
         self.running.append(seq)

@@ -57,7 +57,11 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     status: Status = Status.QUEUED
     block_table: list[int] = field(default_factory=list)
+    block_keys: list[int] = field(default_factory=list)  # prefix-cache keys of its first full blocks
     num_cached: int = 0  # tokens whose K/V are in the cache
+    cached_tokens: int = 0  # tokens its admissions took from the prefix cache (all admissions)
+    computed_prompt_tokens: int = 0  # tokens it prefilled (prompt, or prompt + output after a preemption)
+    prefill_end: int = 0  # tokens known at its latest admission: below this, computing is prefill
     slot: int | None = None
     dead: bool = False  # finished inside a static batch that has not closed yet
     arrival: float = 0.0

@@ -31,6 +31,9 @@ def request_record(seq: Sequence) -> Record:
         "status": seq.status.value,
         "error": seq.error,
         "preemptions": seq.preemptions,
+        # Prefix cache, over all its admissions: tokens taken from the cache, tokens prefilled.
+        "cached_tokens": seq.cached_tokens,
+        "computed_prompt_tokens": seq.computed_prompt_tokens,
     }
 
 

@@ -27,7 +27,8 @@ def test_step_and_request_records_follow_the_contract(make_tiny_engine):
     for r in steps:
         assert r["t_start"] <= r["t_end"]
         assert {s["phase"] for s in r["slots"]} <= {"prefill", "decode", "dead", "idle"}
-        assert set(r["kv"]) == {"blocks_total", "blocks_used", "tokens_stored", "tokens_allocated"}
+        assert set(r["kv"]) == {"blocks_total", "blocks_used", "tokens_stored", "tokens_allocated",
+                                "blocks_shared", "blocks_cached"}
         assert r["kv"]["tokens_stored"] <= r["kv"]["tokens_allocated"] == r["kv"]["blocks_used"] * 4
         lanes = [s["lane"] for s in r["spans"]]
         assert lanes[0] == "cpu_prepare" and "compute" in lanes and lanes[-1] == "cpu_update"
