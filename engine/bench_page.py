@@ -171,7 +171,7 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
             for phase in ("none", "viewers"):
                 t0 = time.time()
                 if phase == "viewers":
-                    asyncio.run(_viewers(ws_url, 40, seconds))
+                    tap.run(_viewers(ws_url, 40, seconds))  # on the tap's loop: Playwright owns this thread's
                 else:
                     time.sleep(seconds)
                 phases[phase] += tap.window(t0, time.time())

@@ -18,6 +18,7 @@ from engine import cpu, device
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.cost_model import CostModel, StepWork
+from engine.records import StepRecord
 from engine.errors import FluxoError, InvalidConfig, KVBudgetTooSmall, StepFailed
 from engine.model import load_model
 from engine.llama import ForwardBatch
@@ -431,7 +432,7 @@ class Engine:
         for s in work.slots:
             if s["phase"] != "idle":
                 tokens[s["phase"]] += s["tokens"]
-        record: Record = {
+        record: StepRecord = {  # the contract: engine/records.py
             "step": self.step_count,
             "t_start": work.t_start,
             "t_end": t_end,

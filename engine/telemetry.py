@@ -11,13 +11,14 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
+from engine.records import RequestRecord
 from engine.sequence import Sequence
 
 Record = dict[str, Any]
 LANES = ("cpu_prepare", "h2d", "compute", "d2h", "cpu_update")
 
 
-def request_record(seq: Sequence) -> Record:
+def request_record(seq: Sequence) -> RequestRecord:  # the contract: engine/records.py
     return {
         "id": seq.id,
         "client": seq.client,
