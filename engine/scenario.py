@@ -19,6 +19,7 @@ from engine.replay import run
 from engine.config import LIVE_FIELDS, EngineConfig
 from engine.errors import InvalidConfig, UnknownMode
 from engine.metrics import inter_token_latencies, median, percentile, summarize
+from engine.prefix_workload import document_prompt
 from engine.requests import RequestHandle
 from engine.workloads import CHAT_PROMPTS, WorkItem, lognormal_lengths, long_prompt, mixed_is_long
 
@@ -81,6 +82,11 @@ SPECS: dict[str, Spec] = {
     # Lesson 9: lesson 5's steady state with 15 ms of simulated host work in every step's prepare.
     "hostwork": {"engine": {"max_slots": 8, "host_work_ms": 15.0},
                  "groups": [_group(requests=8, median=96, scale="lengths")]},
+    # Lesson 10: questions over one shared ~400-token document, and chats (shared preamble),
+    # Poisson arrivals, 16 forced tokens each: prefix cache off vs on, and on with little KV.
+    "prefix": {"engine": {"max_slots": 8},
+               "groups": [_group(prompts="document", requests=12, arrival="poisson", rate=4.0, median=16, seed=1),
+                          _group(requests=6, arrival="poisson", rate=2.0, median=16, seed=2)]},
 }
 # The latency target goodput is counted against: a request meets it when every gap between two of
 # its tokens is at most this long (a chat reads smoothly at ~7 tokens/s and faster).
@@ -89,8 +95,10 @@ ITL_TARGET_S = 0.15
 
 def _prompts(group: Spec, tok, n: int) -> list[str]:
     kind = group["prompts"]
-    if kind not in ("chat", "long", "mixed"):
-        raise InvalidConfig(f"unknown prompt set {kind!r}; choose chat, long or mixed")
+    if kind not in ("chat", "long", "mixed", "document"):
+        raise InvalidConfig(f"unknown prompt set {kind!r}; choose chat, long, mixed or document")
+    if kind == "document":  # questions over one shared document (engine/prefix_workload.py)
+        return [document_prompt(i) for i in range(n)]
     chat = [CHAT_PROMPTS[i % len(CHAT_PROMPTS)] for i in range(n)]
     if kind == "chat":
         return chat
@@ -234,6 +242,10 @@ def _extras(steps: list[dict], requests: list[dict], items: list[WorkItem], hand
         # The prompt tokens the engine had to compute (a prompt's cached prefix, if any, is not).
         "prompt_tokens": sum(r.get("computed_prompt_tokens", r["prompt_tokens"]) for r in requests),
         "kv_stored_peak": max((r["kv"]["tokens_stored"] for r in steps), default=0),
+        # Prefix cache: prompt tokens taken from it, and their share of all prompt tokens.
+        "cached_tokens": sum(r.get("cached_tokens", 0) for r in requests),
+        "cache_hit_rate": _ratio(sum(r.get("cached_tokens", 0) for r in requests),
+                                 sum(r["prompt_tokens"] for r in requests)),
         **_queueing(steps, requests),
     }
 

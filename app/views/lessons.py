@@ -27,7 +27,9 @@ WORDS = {
         "watch": "What to watch", "results": "This lesson's comparison, as measured now",
         "teacher": "Teacher's notes (presenter only)", "figure": "The lesson's figure (from its own run: {src})",
         "no_text": "(no {lang} text for this lesson)",
-        "cols": ("workload", "A", "B", "ratio", "measured", "scale"),
+        "cols": ("workload", "A", "B", "metric", "A value", "B value", "B / A", "scale"),
+        "simulated": "host_work_ms = {ms:g}: **simulated host work**, {ms:g} ms of host-side delay added to every "
+                     "step (a teaching setting, not real work).",
     },
     "pt-BR": {
         "title": "Lessons", "caption": "Cada aula prepara um cenário no motor ao vivo e diz o que observar.",
@@ -43,7 +45,9 @@ WORDS = {
         "teacher": "Notas para quem ensina (só para quem apresenta)",
         "figure": "A figura da aula (da execução da própria aula: {src})",
         "no_text": "(esta aula ainda não tem texto em {lang})",
-        "cols": ("carga", "A", "B", "razão", "medido", "escala"),
+        "cols": ("carga", "A", "B", "métrica", "valor A", "valor B", "B / A", "escala"),
+        "simulated": "host_work_ms = {ms:g}: **trabalho de host simulado**, {ms:g} ms de atraso do lado do host "
+                     "somados a cada passo (um ajuste didático, não trabalho de verdade).",
     },
 }
 LANGS = ("pt-BR", "en")
@@ -79,9 +83,16 @@ def run_compares(c, scenario: dict, words: dict) -> list[dict] | None:
         if answer is None:
             return None
         ratio = cmp_.get("ratio", "throughput_b_over_a")
+        metric = ratio.removesuffix("_b_over_a")
         out.append({"workload": cmp_["workload"], "a": cmp_.get("a", {}), "b": cmp_.get("b", {}),
-                    "ratio": ratio, "value": answer.get("ratios", {}).get(ratio), "scale": cmp_.get("scale", 1.0)})
+                    "ratio": ratio, "value": answer.get("ratios", {}).get(ratio), "scale": cmp_.get("scale", 1.0),
+                    "metric": metric, "a_value": answer.get("a", {}).get("summary", {}).get(metric),
+                    "b_value": answer.get("b", {}).get("summary", {}).get(metric)})
     return out
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
 
 
 def figure(folder: Path, scenario: dict, lang: str, words: dict) -> None:
@@ -129,6 +140,8 @@ with right:
         if scenario.get(table):
             lines = "\n".join(f"{k} = {v!r}" for k, v in scenario[table].items())
             st.code(f"[{table}]\n{lines}", language="toml")
+    if scenario.get("engine", {}).get("host_work_ms"):
+        st.warning(words["simulated"].format(ms=scenario["engine"]["host_work_ms"]), icon=":material/science:")
     help_ = None if presenter else words["presenter_only"]
     if st.button(words["setup"], key="lesson_setup", icon=":material/play_arrow:", type="primary",
                  disabled=not presenter, help=help_):
@@ -154,8 +167,9 @@ with left:
         st.markdown(f"**{words['results']}**")
         cols = words["cols"]
         st.dataframe([{cols[0]: r["workload"], cols[1]: json.dumps(r["a"]), cols[2]: json.dumps(r["b"]),
-                       cols[3]: r["ratio"], cols[4]: None if r["value"] is None else round(r["value"], 3),
-                       cols[5]: r["scale"]} for r in done["results"]], width="stretch")
+                       cols[3]: r["metric"], cols[4]: _round(r["a_value"]), cols[5]: _round(r["b_value"]),
+                       cols[6]: _round(r["value"]), cols[7]: r["scale"]}
+                      for r in done["results"]], width="stretch")
     text_path = folder / f"{lang}.md"
     st.markdown(text_path.read_text() if text_path.exists() else words["no_text"].format(lang=lang))
     # The teacher's part (answer keys, expected numbers, misconceptions, timing, figure) is sent
