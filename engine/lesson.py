@@ -38,8 +38,8 @@ def report(title: str, result: Result) -> str:
 
 
 MARK_START, MARK_END = "<!-- measured -->", "<!-- /measured -->"
-HEAD = {"en": ("claim", "threshold", "measured (short / full)", "Runs", "measured on", "not run"),
-        "pt-BR": ("afirmação", "limite", "medido (short / full)", "Execuções", "medido em", "não rodou")}
+HEAD = {"en": ("claim", "threshold", "measured (short / full)", "Runs", "measured on", "not run", "load average"),
+        "pt-BR": ("afirmação", "limite", "medido (short / full)", "Execuções", "medido em", "não rodou", "carga média")}
 
 
 def _num(x: float, lang: str) -> str:
@@ -51,12 +51,13 @@ def measured_markdown(scenario: dict, measured: dict, lang: str) -> str:
     """The teacher's table of claims, each with the short and full value this machine measured."""
     h = HEAD[lang]
     lines = [f"| {h[0]} | {h[1]} | {h[2]} |", "|---|---|---|"]
-    for i, check in enumerate(scenario["check"]):
+    for check in scenario["check"]:
         claim = check.get("claim_pt", check["claim"]) if lang == "pt-BR" else check["claim"]
         cells = []
-        for variant in ("short", "full"):
-            doc = measured.get(variant)
-            cells.append(_num(doc["checks"][i]["measured"], lang) if doc and i < len(doc["checks"]) else h[5])
+        for variant in ("short", "full"):  # matched by claim: a claim added later shows as not run
+            done = {c["claim"]: c for c in (measured.get(variant) or {}).get("checks", [])}
+            c = done.get(check["claim"])
+            cells.append(f"{_num(c['measured'], lang)}{'' if c['ok'] else ' FAIL'}" if c else h[5])
         lines.append(f"| {claim} | {check['op']} {_num(check['threshold'], lang)} | {' / '.join(cells)} |")
     for variant in ("short", "full"):
         doc = measured.get(variant)
@@ -68,7 +69,8 @@ def measured_markdown(scenario: dict, measured: dict, lang: str) -> str:
                 ("ttft_p50", "TTFT p50", 1, " s"), ("itl_p50", "ITL p50", 1000, " ms"), ("itl_p99", "ITL p99", 1000, " ms"),
                 ("busy_fraction", "busy", 1, ""), ("peak_running", "peak", 1, "")) if k in r["summary"])
             for name, r in doc["runs"].items())
-        lines += ["", f"{h[3]} ({variant}, {h[4]} {doc.get('when', '?')}, load {doc.get('load', '?')}): {runs}."]
+        load_avg = str(doc.get("load", "?")).replace(".", "," if lang == "pt-BR" else ".")
+        lines += ["", f"{h[3]} ({variant}, {h[4]} {doc.get('when', '?')}, {h[6]} {load_avg}): {runs}."]
     return "\n".join(lines)
 
 
