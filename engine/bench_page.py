@@ -155,7 +155,7 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
                 if phase == "open":
                     ctx = browser.new_context(viewport={"width": 1600, "height": 1400})
                     page = ctx.new_page()
-                    page.goto(page_url)
+                    page.goto(page_url, timeout=180_000)
                     _fill_frame(page, "#fluxo-charts canvas, #fluxo-charts svg", 90)
                     time.sleep(5)  # the view is drawn and streaming
                 s0, c0, t0 = _cpu_seconds([page_pid]), _cpu_seconds(_chromium_pids()), time.time()
@@ -200,7 +200,7 @@ def class_chat(browser, page_url: str, n: int) -> tuple[int, int]:
     for i in range(n):
         ctx = browser.new_context(viewport={"width": 1280, "height": 1000})
         page = ctx.new_page()
-        page.goto(page_url)
+        page.goto(page_url, timeout=180_000)
         sessions.append((ctx, _fill_frame(page, "#fluxo-chat-input", 90)))
     for i, (_, frame) in enumerate(sessions):
         frame.fill("#fluxo-chat-input", f"Student {i + 1}: name one ocean.")

@@ -19,7 +19,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.cost_model import CostModel, StepWork
 from engine.records import StepRecord
-from engine.errors import FluxoError, InvalidConfig, KVBudgetTooSmall, StepFailed
+from engine.errors import DeviceUnavailable, FluxoError, InvalidConfig, KVBudgetTooSmall, StepFailed
 from engine.model import load_model
 from engine.llama import ForwardBatch
 from engine.model_runner import ModelRunner
@@ -63,7 +63,8 @@ class Engine:
             model, tokenizer = device.run(load_model, self.config.model, self.config.dtype, self.config.seed)
         if self.config.device == "cuda":
             if not torch.cuda.is_available():
-                raise InvalidConfig("device='cuda' was asked for, but torch sees no CUDA device")
+                raise DeviceUnavailable("device 'cuda' was asked for, but torch sees no CUDA device on this machine "
+                                        f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
             model = model.to("cuda")
         self.model, self.tokenizer = model, tokenizer
         limit = getattr(model.config, "max_position_embeddings", self.config.max_model_len)

@@ -45,3 +45,10 @@ class UnknownRequest(FluxoError):
 class StepFailed(FluxoError):
     """The step computing this request raised; the request fails, the engine keeps serving."""
     code = "step_failed"
+
+
+class DeviceUnavailable(FluxoError):
+    """``--device cuda`` (or ``EngineConfig(device="cuda")``) on a machine where torch sees no GPU:
+    refused at start, never a silent CPU run."""
+
+    code = "device_unavailable"

@@ -12,6 +12,7 @@ import torch
 
 from engine import cpu
 from engine.config import EngineConfig
+from engine.errors import DeviceUnavailable
 from engine.engine import Engine
 from engine.server import Limits, Server
 
@@ -54,7 +55,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"presenter token (bound to {args.host}, control needs it): {token}", flush=True)
     config = EngineConfig(threads=args.threads, cpus=cpu.parse(args.cpus), device=args.device, model=args.model, dtype=args.dtype, policy=args.policy, runner=args.runner, max_slots=args.slots,
                           kv_blocks=args.kv_blocks, kv_layout=args.kv_layout, chunk_budget=args.chunk_budget)
-    engine = Engine(config, max_telemetry_steps=args.history, max_telemetry_requests=args.history)
+    try:
+        engine = Engine(config, max_telemetry_steps=args.history, max_telemetry_requests=args.history)
+    except DeviceUnavailable as exc:
+        raise SystemExit(f"error [{exc.code}]: {exc.message}") from None
     limits = Limits(queue_limit=args.queue_limit, max_open_requests=args.max_open, max_requests_per_s=args.rate_limit)
     http_port = (args.port + 1 if args.port else 0) if args.http_port is None else (args.http_port or None)
     if config.cpus or config.threads:
