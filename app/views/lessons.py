@@ -8,7 +8,6 @@ from pathlib import Path
 import streamlit as st
 
 from app import ui
-from engine.scenario import compares
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 
@@ -51,6 +50,13 @@ WORDS = {
     },
 }
 LANGS = ("pt-BR", "en")
+
+
+def compares(scenario: dict) -> list[dict]:
+    """A lesson's ``[compare]`` as a list (engine.scenario.compares' rule; not imported, so the page
+    does not load torch): one table, or an array of tables run in order."""
+    cmp_ = scenario.get("compare", [])
+    return [cmp_] if isinstance(cmp_, dict) else list(cmp_)
 
 
 def lesson_dirs() -> list[Path]:
