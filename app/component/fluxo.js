@@ -64,6 +64,8 @@
       buildViews(args.specs || {}, args.order || Object.keys(args.specs || {}));
     }
     if (args.mode === "static") {
+      if (S.ws) { const ws = S.ws; S.ws = null; ws.onclose = null; ws.close(); }
+      clearTimeout(S.reconnectTimer);
       setStatus("static", args.caption || "recorded steps");
       if (args.data_key !== S.dataKey) {
         S.dataKey = args.data_key;
@@ -312,6 +314,7 @@
   }
 
   function scheduleReconnect(why) {
+    if (S.mode !== "live") return;
     setStatus("disconnected", `engine not reachable at ${engineUrl()}: ${why}; retrying in ${(S.backoff / 1000).toFixed(1)} s`);
     S.reconnectTimer = setTimeout(() => { S.ws = null; connect(); }, S.backoff);
     S.backoff = Math.min(5000, S.backoff * 2);
@@ -343,6 +346,7 @@
   }
 
   function onMessage(m) {
+    if (S.mode !== "live") return;
     switch (m.type) {
       case "hello":
         S.client = m.client; S.role = m.role; S.limits = m.limits; S.state = m.state || {};

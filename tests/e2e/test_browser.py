@@ -1,4 +1,11 @@
-"""End to end in a real browser: Debian's chromium driven by playwright, the real page, the real server."""
+"""End to end in a real browser: Debian's chromium driven by playwright, the real page, the real server.
+
+The charts and the chat are the browser view's (app/component/, in an iframe): these tests look
+inside it. They check that the view updates incrementally (a marker set on the view's window, and
+the Vega view objects themselves, survive while steps keep arriving and while Streamlit reruns for
+a widget), that ten browser sessions chatting at once are all answered, and that a page listening
+beyond loopback makes a fresh session a viewer whose presenter messages the engine refuses.
+"""
 from __future__ import annotations
 
 import json
@@ -17,9 +24,39 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run"]
+VIEW = "iframe[src*='fluxo_view']"
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium "
                                 "(.ci/run installs it with apt-get)")
+
+
+def wait(fn, timeout: float = 30.0, every: float = 0.2):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = fn()
+        if value:
+            return value
+        time.sleep(every)
+    return fn()
+
+
+def view(page, i: int = 0):
+    """The i-th browser view's frame, once its script has its arguments."""
+    el = page.locator(VIEW).nth(i)
+    el.wait_for(state="attached", timeout=60_000)
+    frame = el.element_handle().content_frame()
+    frame.wait_for_function("() => window.fluxo && window.fluxo.args", timeout=60_000)
+    return frame
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -31,105 +68,187 @@ def lab(tmp_path_factory):
     except Exception:
         stop(engine)
         raise
-    yield ws_url, http_url
+    probe = EngineClient(ws_url, history=10)
+    assert probe.wait_connected(15)
+    yield ws_url, http_url, probe
+    probe.close()
     stop(page)
     stop(engine)
 
 
-def slot_phases(page) -> str:
-    return page.locator("#fluxo-last-step").inner_text()
+def test_the_lab_in_a_browser(lab, browser):
+    from playwright.sync_api import expect
 
-
-def test_the_lab_in_a_browser(lab):
-    from playwright.sync_api import expect, sync_playwright
-
-    ws_url, http_url = lab
-    probe = EngineClient(ws_url, history=10)
-    assert probe.wait_connected(15)
+    ws_url, http_url, probe = lab
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 2400})
-        page.set_default_timeout(30_000)
-        expect.set_options(timeout=30_000)
-        page.goto(http_url)
-        expect(page.get_by_role("heading", name="Live")).to_be_visible()
+    page = browser.new_page(viewport={"width": 1600, "height": 2600})
+    page.set_default_timeout(30_000)
+    expect.set_options(timeout=30_000)
+    page.goto(http_url)
+    expect(page.get_by_role("heading", name="Live")).to_be_visible()
+    frame = view(page)
+    box = page.frame_locator(VIEW)
+    expect(box.locator("#fluxo-status-text")).to_contain_text("connected to the engine as c", timeout=60_000)
 
-        # A chat streams back token by token.
-        box = page.get_by_placeholder("Ask the model something…")
-        box.fill("What is the capital of France?")
-        box.press("Enter")
-        expect(page.get_by_text("request #")).to_be_visible()
-        expect(page.get_by_text("finished ·")).to_be_visible(timeout=60_000)
-        page.screenshot(path=str(ARTIFACTS / "01-chat.png"))
+    # A chat from the browser's own connection streams back token by token.
+    box.locator("#fluxo-chat-input").fill("What is the capital of France?")
+    box.locator("#fluxo-chat-input").press("Enter")
+    expect(box.locator(".turn .meta")).to_contain_text("request #")
+    expect(box.locator(".turn .meta")).to_contain_text("finished ·", timeout=60_000)
+    chat = frame.evaluate("() => fluxo.chats[0]")
+    assert chat["status"] == "finished" and chat["tokens"] > 0 and chat["text"]
+    page.screenshot(path=str(ARTIFACTS / "01-chat.png"))
 
-        # Traffic under the static policy: dead slots fill the slot chart.
-        page.get_by_role("button", name="Start traffic").click()
-        deadline = time.time() + 60
-        while time.time() < deadline and not probe.state.get("traffic"):
-            time.sleep(0.2)
-        assert probe.state["traffic"]
-        page.wait_for_selector(".vega-embed", timeout=30_000)
-        page.wait_for_function("document.querySelectorAll('.vega-embed').length >= 4")
-        expect(page.locator("#fluxo-last-step")).to_contain_text("static")
-        time.sleep(4)
-        page.screenshot(path=str(ARTIFACTS / "02-static-traffic.png"))
-        static_text = slot_phases(page)
+    # Traffic under the static policy: dead slots fill the slot chart.
+    page.get_by_role("button", name="Start traffic").click()
+    assert wait(lambda: probe.state.get("traffic"), 60)
+    expect(box.locator("#fluxo-last-step")).to_contain_text("static")
 
-        # Step-end-to-browser latency: how old is each new step when its mark appears in the DOM.
-        lags = page.evaluate("""async () => {
-            const out = []; let last = null; const t0 = Date.now();
-            while (Date.now() - t0 < 6000 && out.length < 8) {
-                const el = document.querySelector('#fluxo-last-step');
-                if (el && el.dataset.step !== last) {
-                    if (last !== null) out.push(Date.now() / 1000 - parseFloat(el.dataset.tEnd));
-                    last = el.dataset.step;
-                }
-                await new Promise(r => setTimeout(r, 20));
+    # Incremental: the views are created once; steps keep arriving and are drawn into them.
+    frame.evaluate("""() => { window.__marker = 42; window.__views = Object.assign({}, fluxo.views);
+                              window.__first = {step: +document.querySelector('#fluxo-last-step').dataset.step,
+                                                renders: fluxo.renders, canvas: document.querySelector('#chart-slots canvas').toDataURL()}; }""")
+    page.evaluate(f"() => {{ document.querySelector(\"{VIEW}\").dataset.marker = 'kept'; }}")
+    frame.wait_for_function("() => +document.querySelector('#fluxo-last-step').dataset.step >= window.__first.step + 10 "
+                            "&& fluxo.renders >= window.__first.renders + 3", timeout=60_000)
+    same = frame.evaluate("""() => ({marker: window.__marker,
+        views: Object.keys(window.__views).length === 4 && Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k]),
+        canvas: document.querySelector('#chart-slots canvas').toDataURL() !== window.__first.canvas,
+        rows: fluxo.rows['slots/spans'].size})""")
+    assert same == {"marker": 42, "views": True, "canvas": True, "rows": same["rows"]} and same["rows"] > 8, same
+    time.sleep(3)
+    page.screenshot(path=str(ARTIFACTS / "02-static-traffic.png"))
+
+    # Step end -> its mark in the browser: how old each new step is when the view shows it.
+    lags = frame.evaluate("""async () => {
+        const out = []; let last = null; const t0 = Date.now();
+        while (Date.now() - t0 < 6000 && out.length < 8) {
+            const el = document.querySelector('#fluxo-last-step');
+            if (el && el.dataset.step !== last && el.dataset.tEnd) {
+                if (last !== null) out.push(Date.now() / 1000 - parseFloat(el.dataset.tEnd));
+                last = el.dataset.step;
             }
-            return out; }""")
+            await new Promise(r => setTimeout(r, 20));
+        }
+        return out; }""")
 
-        # Toggle static -> continuous: the next steps are continuous and the slot chart changes.
-        page.get_by_text("continuous", exact=True).first.click()
-        deadline = time.time() + 30
-        while time.time() < deadline and probe.state.get("config", {}).get("policy") != "continuous":
-            time.sleep(0.2)
-        assert probe.state["config"]["policy"] == "continuous"
-        expect(page.locator("#fluxo-last-step")).to_contain_text("continuous", timeout=30_000)
-        time.sleep(4)
-        page.screenshot(path=str(ARTIFACTS / "03-continuous-traffic.png"))
-        assert slot_phases(page) != static_text
+    # Static -> continuous from a Python widget: Streamlit reruns, the view is neither reloaded nor rebuilt.
+    page.get_by_text("continuous", exact=True).first.click()
+    assert wait(lambda: probe.state.get("config", {}).get("policy") == "continuous", 30)
+    expect(box.locator("#fluxo-last-step")).to_contain_text("continuous", timeout=30_000)
+    time.sleep(4)
+    page.screenshot(path=str(ARTIFACTS / "03-continuous-traffic.png"))
+    kept = frame.evaluate("() => window.__marker === 42 && Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k])")
+    assert kept, "a rerun of the Streamlit script must not reload or rebuild the view"
+    assert page.evaluate(f"() => document.querySelector(\"{VIEW}\").dataset.marker") == "kept"
 
-        # Each chart saves as PNG from its toolbar (Streamlit's "Download as PNG").
-        page.locator(".vega-embed").first.hover()
-        with page.expect_download() as download:
-            page.get_by_role("button", name="Download as PNG").first.click()
-        png = Path(download.value.path()).read_bytes()
-        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
+    # Each chart saves as PNG from its vega-embed menu (the libraries are served by the page itself).
+    box.locator("#chart-stalls details summary").click()
+    with page.expect_download() as download:
+        box.locator("#chart-stalls").get_by_text("Save as PNG").click()
+    png = Path(download.value.path()).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
 
-        # Step by step: pause, step once (a long answer in flight, so the step has work whatever the traffic did).
-        probe.request("chat", prompt="Tell me a long story.", max_tokens=200, ignore_eos=True)
-        page.get_by_role("link", name="Step by step").click()
-        expect(page.get_by_role("heading", name="Step by step")).to_be_visible()
-        page.get_by_role("button", name="Pause").click()
-        deadline = time.time() + 30
-        while time.time() < deadline and not probe.state.get("paused"):
-            time.sleep(0.2)
-        assert probe.state["paused"]
-        before = probe.state["step"]
-        page.get_by_role("button", name="Step once").click()
-        deadline = time.time() + 30
-        while time.time() < deadline and probe.state["step"] != before + 1:
-            time.sleep(0.2)
-        assert probe.state["step"] == before + 1
-        expect(page.get_by_role("heading", name=f"Step {before + 1} ·")).to_be_visible()
-        time.sleep(1)
-        page.screenshot(path=str(ARTIFACTS / "04-step-by-step.png"))
-        page.get_by_role("button", name="Resume").click()
-        browser.close()
+    # Step by step: pause, step once (a long answer in flight, so the step has work whatever the traffic did).
+    probe.request("chat", prompt="Tell me a long story.", max_tokens=200, ignore_eos=True)
+    page.get_by_role("link", name="Step by step").click()
+    expect(page.get_by_role("heading", name="Step by step")).to_be_visible()
+    page.get_by_role("button", name="Pause").click()
+    assert wait(lambda: probe.state.get("paused"), 30)
+    before = probe.state["step"]
+    page.get_by_role("button", name="Step once").click()
+    assert wait(lambda: probe.state["step"] == before + 1, 30)
+    expect(page.get_by_role("heading", name=f"Step {before + 1} ·")).to_be_visible()
+    step_view = page.frame_locator(VIEW)
+    expect(step_view.locator("#fluxo-last-step")).to_contain_text(f"step {before + 1} ", timeout=30_000)
+    time.sleep(1)
+    page.screenshot(path=str(ARTIFACTS / "04-step-by-step.png"))
+    page.get_by_role("button", name="Resume").click()
+    assert wait(lambda: not probe.state.get("paused"), 30)
     probe.request("traffic", action="stop")
-    probe.close()
+    page.close()
     report = {"step_end_to_browser_s": lags, "median_s": sorted(lags)[len(lags) // 2] if lags else None}
     (ARTIFACTS / "browser_latency.json").write_text(json.dumps(report, indent=2))
     print("\nstep end -> mark in the browser (s):", report)
     assert lags, "new steps must keep appearing in the page"
+
+
+def test_compare_in_a_browser(lab, browser):
+    from playwright.sync_api import expect
+
+    ws_url, http_url, probe = lab
+    page = browser.new_page(viewport={"width": 1600, "height": 2600})
+    page.goto(http_url + "/compare")
+    expect(page.get_by_role("heading", name="Compare")).to_be_visible(timeout=30_000)
+    page.get_by_role("button", name="Run the comparison").click()
+    expect(page.get_by_text("Count-based")).to_be_visible(timeout=300_000)
+    a, b = view(page, 0), view(page, 1)
+    for frame in (a, b):
+        frame.wait_for_function("() => fluxo.renders >= 1 && Object.keys(fluxo.views).length === 4", timeout=60_000)
+        assert frame.evaluate("() => fluxo.mode") == "static" and frame.evaluate("() => fluxo.ws") is None
+    time.sleep(1)
+    page.screenshot(path=str(ARTIFACTS / "05-compare.png"), full_page=True)
+    page.close()
+
+
+def test_ten_sessions_chat_at_once(lab, browser):
+    """Ten browser sessions, each its own engine client: the same moment's ten chats are all answered."""
+    ws_url, http_url, probe = lab
+    probe.request("traffic", action="stop")
+    contexts = [browser.new_context(viewport={"width": 1300, "height": 1400}) for _ in range(10)]
+    try:
+        frames = []
+        for ctx in contexts:
+            page = ctx.new_page()
+            page.goto(http_url)
+            frames.append(view(page))
+        for i, frame in enumerate(frames):
+            frame.wait_for_function("() => fluxo.status === 'connected'", timeout=60_000)
+            frame.locator("#fluxo-chat-input").fill(f"Student {i}: what is the capital of France?")
+        clients = {frame.evaluate("() => fluxo.client") for frame in frames}
+        assert len(clients) == 10, clients  # ten identities, ten sets of limits
+        for frame in frames:  # as close to the same moment as ten tabs get
+            frame.evaluate("() => document.getElementById('fluxo-chat-form').requestSubmit()")
+        for frame in frames:
+            frame.wait_for_function("() => fluxo.chats.length === 1 && fluxo.chats[0].ended", timeout=120_000)
+        chats = [frame.evaluate("() => fluxo.chats[0]") for frame in frames]
+        assert [c["status"] for c in chats] == ["finished"] * 10, [(c["status"], c["error"]) for c in chats]
+        assert all(c["tokens"] > 0 and c["text"] for c in chats)
+        contexts[0].pages[0].screenshot(path=str(ARTIFACTS / "06-ten-sessions.png"))
+    finally:
+        for ctx in contexts:
+            ctx.close()
+
+
+def test_exposed_page_makes_viewers(tmp_path, browser):
+    """Page on 0.0.0.0 with no FLUXO_TOKEN, engine with a token: a fresh session is a viewer, the
+    controls are off, and a presenter message from its own connection is refused by the engine."""
+    from playwright.sync_api import expect
+
+    engine, ws_url = start_engine(tmp_path, "--slots", "4", "--token", "s3cret")
+    try:
+        page_proc, http_url = start_streamlit(tmp_path, ws_url, address="0.0.0.0")
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 2000})
+            page.goto(http_url)
+            expect(page.get_by_role("heading", name="Live")).to_be_visible(timeout=30_000)
+            expect(page.get_by_text("viewer (chat and watch)")).to_be_visible()
+            assert page.get_by_role("radio", name="static").is_disabled()
+            assert page.get_by_role("button", name="Start traffic").is_disabled()
+            frame = view(page)
+            frame.wait_for_function("() => fluxo.status === 'connected'", timeout=60_000)
+            assert frame.evaluate("() => fluxo.role") == "viewer"
+            frame.evaluate("() => fluxo.send({type: 'pause', ref: 'try-pause'})")
+            frame.wait_for_function("() => fluxo.errors.some(e => e.ref === 'try-pause')", timeout=30_000)
+            err = frame.evaluate("() => fluxo.errors.find(e => e.ref === 'try-pause')")
+            assert err["code"] == "forbidden", err
+            frame.locator("#fluxo-chat-input").fill("Hello")  # viewers still chat
+            frame.locator("#fluxo-chat-input").press("Enter")
+            frame.wait_for_function("() => fluxo.chats.length === 1 && fluxo.chats[0].ended", timeout=60_000)
+            assert frame.evaluate("() => fluxo.chats[0].status") == "finished"
+            page.screenshot(path=str(ARTIFACTS / "07-viewer.png"))
+            page.close()
+        finally:
+            stop(page_proc)
+    finally:
+        stop(engine)
