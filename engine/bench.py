@@ -1,4 +1,4 @@
-"""Benchmarks: ``python -m engine.bench {batching,stall,memory,peer,dtype,overlap,all} [--json PATH]``.
+"""Benchmarks: ``python -m engine.bench {batching,stall,memory,peer,dtype,overlap,prefix,all} [--json PATH]``.
 
 Benchmarks measure; tests check behaviour. Every ratio comes from runs made in the same process,
 on the same machine, one after the other, so machine noise mostly cancels out.
@@ -203,8 +203,16 @@ def server(model, tok) -> Result:
     return run_server(model, tok)
 
 
+def prefix(model, tok) -> Result:
+    """Prefix caching off vs on, interleaved: questions over one shared document plus chats, then
+    the ``batching`` workload (engine/prefix_workload.py)."""
+    from engine.prefix_workload import bench_prefix
+
+    return bench_prefix(model, tok, run)
+
+
 SCENARIOS = {"batching": batching, "stall": stall, "memory": memory, "peer": peer, "dtype": dtype, "overlap": overlap,
-             "server": server}
+             "server": server, "prefix": prefix}
 
 
 # -- report ----------------------------------------------------------------------------------------
