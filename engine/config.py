@@ -40,6 +40,9 @@ class EngineConfig:
     seed: int = 0
     threads: int | None = None  # torch threads; None: torch's default (one per core)
     cpus: tuple[int, ...] | None = None  # cores the process computes on (see engine/cpu.py); None: all
+    # CUDA only: replay captured graphs for decode-only steps (engine/cuda_exec.py); off runs every
+    # step eagerly, so a lesson can compare. Not live: the graphs are captured at start.
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -68,6 +71,8 @@ class EngineConfig:
             raise InvalidConfig(f"cpus must be a non-empty tuple of core ids, got {self.cpus!r}")
         if not isinstance(self.fill_timeout_s, (int, float)) or not 0 <= self.fill_timeout_s <= 3600:
             raise InvalidConfig(f"fill_timeout_s must be in [0, 3600] seconds, got {self.fill_timeout_s!r}")
+        if not isinstance(self.cuda_graphs, bool):
+            raise InvalidConfig(f"cuda_graphs must be true or false, got {self.cuda_graphs!r}")
         if not isinstance(self.prefix_cache, bool):
             raise InvalidConfig(f"prefix_cache must be true or false, got {self.prefix_cache!r}")
         if (not isinstance(self.host_work_ms, (int, float)) or isinstance(self.host_work_ms, bool)

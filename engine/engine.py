@@ -78,6 +78,12 @@ class Engine:
         self.telemetry = Telemetry(max_telemetry_steps, max_telemetry_requests)
         self._clock = clock
         self._t0 = clock()
+        # On CUDA: three streams, events, pinned buffers and decode graphs (engine/cuda_exec.py).
+        self.cuda = None
+        if self.config.device == "cuda":
+            from engine.cuda_exec import CudaExecutor
+
+            self.cuda = device.run(CudaExecutor, self.runner, self.config, self.now)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._step_lock = threading.RLock()  # the engine thread's steps and single_step never interleave
@@ -213,7 +219,7 @@ class Engine:
         if "kv_blocks" in changes:
             # On the device thread: it runs after any step in flight, whose K/V writes must land
             # in the cache before it is copied into the bigger one.
-            self._pool.submit(self.runner.ensure_capacity, new.kv_blocks).result()
+            self._pool.submit((self.cuda or self.runner).ensure_capacity, new.kv_blocks).result()
             self.blocks.set_budget(new.kv_blocks)
             for seq in list(self._live.values()):  # a request that can no longer ever fit fails now
                 need = self.blocks.blocks_for(len(seq.prompt_ids) + seq.params.max_new_tokens)
@@ -329,6 +335,9 @@ class Engine:
                 seq.carry_row = row
                 work.outputs.append((row, seq, len(seq.output_ids) - 1))
         work.kv = self._kv_view()
+        if self.cuda is not None:  # h2d, compute and d2h streams ordered by events
+            work.future = self.cuda.launch(work.fb, work.rows, self.config.seed, prev_tokens)
+            return
         t = self.now()
         fb, rows, seed = self.runner.to_device(work.fb), work.rows, self.config.seed
         if fb.input_ids.is_cuda:
@@ -342,6 +351,10 @@ class Engine:
         work.future = self._pool.submit(execute)
 
     def _await(self, work: _Work) -> list[int]:
+        if self.cuda is not None:  # spans timed by CUDA events, on the engine clock
+            work.tokens, ids, spans = self.cuda.wait(work.future)
+            work.spans.extend(spans)
+            return ids
         work.tokens, t0, t1 = work.future.result()
         work.spans.append({"lane": "compute", "start": t0, "end": t1})
         t = self.now()
