@@ -25,6 +25,7 @@ WORDS = {
         "presenter_only": "Only the presenter sets up scenarios and runs comparisons.",
         "watch": "What to watch", "results": "This lesson's comparison, as measured now",
         "teacher": "Teacher's notes (presenter only)", "figure": "The lesson's figure (from its own run: {src})",
+        "no_figure": "No saved run yet for the lesson's figure: `python -m engine.lesson {n} --save` draws it here.",
         "no_text": "(no {lang} text for this lesson)",
         "cols": ("workload", "A", "B", "metric", "A value", "B value", "B / A", "scale"),
         "simulated": "host_work_ms = {ms:g}: **simulated host work**, {ms:g} ms of host-side delay added to every "
@@ -43,6 +44,7 @@ WORDS = {
         "watch": "O que observar", "results": "A comparação desta aula, medida agora",
         "teacher": "Notas para quem ensina (só para quem apresenta)",
         "figure": "A figura da aula (da execução da própria aula: {src})",
+        "no_figure": "A figura da aula ainda não tem execução salva: `python -m engine.lesson {n} --save` a desenha aqui.",
         "no_text": "(esta aula ainda não tem texto em {lang})",
         "cols": ("carga", "A", "B", "métrica", "valor A", "valor B", "B / A", "escala"),
         "simulated": "host_work_ms = {ms:g}: **trabalho de host simulado**, {ms:g} ms de atraso do lado do host "
@@ -104,7 +106,10 @@ def _round(x: float | None) -> float | None:
 def figure(folder: Path, scenario: dict, lang: str, words: dict) -> None:
     """The lesson's slide figure: [figure]'s metric for its runs, from lessons/NN/measured.json."""
     spec, path = scenario.get("figure"), folder / "measured.json"
-    if not spec or not path.exists():
+    if not spec:
+        return
+    if not path.exists():
+        st.caption(words["no_figure"].format(n=scenario["lesson"]["number"]))
         return
     measured = json.loads(path.read_text())
     src = "full" if "full" in measured else "short"
