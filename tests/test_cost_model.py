@@ -60,6 +60,6 @@ def test_engine_records_carry_expected_and_a_slowed_step_stands_out(make_tiny_en
     steps = list(engine.telemetry.steps)
     assert all(r["expected_s"] is not None and r["expected_s"] > 0 for r in steps)
     ratio = {r["step"]: (r["t_end"] - r["t_start"]) / r["expected_s"] for r in steps}
-    assert slowed and all(ratio[s] > 3 for s in slowed), {s: ratio[s] for s in slowed}
     quiet = sorted(v for k, v in ratio.items() if k not in slowed)
-    assert quiet[len(quiet) // 2] < 2.0, quiet  # quiet steps sit near their expected duration
+    typical = quiet[len(quiet) // 2]  # ~1 on a quiet machine; other load on it scales every step alike
+    assert slowed and all(ratio[s] > 3 * typical for s in slowed), ({s: ratio[s] for s in slowed}, typical)
