@@ -301,18 +301,23 @@ class CudaExecutor:
         torch.cuda.synchronize(self.device)
 
     # -- one step ------------------------------------------------------------------------------------
-    def launch(self, fb: ForwardBatch, rows: list, seed: int, prev_tokens: torch.Tensor | None) -> Future:
+    def launch(self, fb: ForwardBatch, rows: list, seed: int, prev: Future | None) -> Future:
         """Stage ``fb`` into the next pinned set, copy it in on the h2d stream, and queue the
-        compute on the device thread. Returns a future of :class:`Launched`; an error while
-        staging is set on it, so the step fails its requests as a failed forward does."""
+        compute on the device thread behind ``prev`` (the step in flight, whose sampled tokens
+        fill this step's placeholders). Called when the step is prepared: under the async runner
+        step N+1's copy and compute are queued while step N still computes, so the GPU never
+        waits for the host to land N. The engine's bookkeeping for the step (``_launch``) needs
+        nothing from the device. Returns a future of :class:`Launched`; an error (while staging,
+        or ``prev`` failed) is set on it, and the engine fails the step's requests as it does for
+        a failed forward (a step prepared behind a failed one is dropped unread)."""
         try:
-            return self._launch(fb, rows, seed, prev_tokens)
+            return self._launch(fb, rows, seed, prev)
         except Exception as exc:  # noqa: BLE001
             failed: Future = Future()
             failed.set_exception(exc)
             return failed
 
-    def _launch(self, fb: ForwardBatch, rows: list, seed: int, prev_tokens: torch.Tensor | None) -> Future:
+    def _launch(self, fb: ForwardBatch, rows: list, seed: int, prev: Future | None) -> Future:
         size = graph_size(fb, self.width) if self.graphs_on else None
         if size is not None:
             host = pad_decode(fb, size, self.width, self.runner.cache.scratch_slot, self.block_size).tensors()
@@ -329,11 +334,14 @@ class CudaExecutor:
         self.staging.fence(k, marks["h2d"][1])
         for t in dev.values():  # made on h2d, read on compute: not reused before compute is past them
             t.record_stream(self.compute)
-        return device_thread.submit(self._execute, fb, dev, rows, seed, prev_tokens, size, marks, k)
+        return device_thread.submit(self._execute, fb, dev, rows, seed, prev, size, marks, k)
 
     def _execute(self, fb: ForwardBatch, dev: dict[str, torch.Tensor], rows: list, seed: int,
-                 prev_tokens: torch.Tensor | None, size: int | None, marks: dict, k: int) -> Launched:
+                 prev: Future | None, size: int | None, marks: dict, k: int) -> Launched:
         n = len(rows)
+        # The device thread runs steps in order: ``prev`` is done here (raises if it failed).
+        # Its tokens were made on the compute stream, which this step's work follows.
+        prev_tokens = prev.result().tokens if prev is not None and "carry_dst" in dev else None
         if size is not None and (self._cache is not self.runner.cache or size not in self.graphs):
             self.capture((size,))  # after a KV resize, or max_slots raised past the sizes captured
         with torch.cuda.stream(self.compute):

@@ -323,6 +323,8 @@ class Engine:
                      events=self.telemetry.take_events())  # switches applied before this step belong to it
         work.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})
         work.cost = _step_work(batch, rows)
+        if self.cuda is not None:  # copied in now and queued behind the step in flight (cuda_exec.py)
+            work.future = self.cuda.launch(work.fb, rows, self.config.seed, self._inflight and self._inflight.future)
         return work
 
     def _launch(self, work: _Work, prev_tokens: torch.Tensor | None) -> None:
@@ -335,8 +337,7 @@ class Engine:
                 seq.carry_row = row
                 work.outputs.append((row, seq, len(seq.output_ids) - 1))
         work.kv = self._kv_view()
-        if self.cuda is not None:  # h2d, compute and d2h streams ordered by events
-            work.future = self.cuda.launch(work.fb, work.rows, self.config.seed, prev_tokens)
+        if self.cuda is not None:  # already queued by _prepare; carry-over from the step in flight
             return
         t = self.now()
         fb, rows, seed = self.runner.to_device(work.fb), work.rows, self.config.seed
