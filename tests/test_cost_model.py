@@ -47,11 +47,16 @@ def test_engine_records_carry_expected_and_a_slowed_step_stands_out(make_tiny_en
     run_execute = engine.runner.execute
     slowed: set[int] = set()
 
-    def execute(*args, **kwargs):  # outside load on a few steps: the forward is held back 0.25 s
+    took: list[float] = []
+
+    def execute(*args, **kwargs):  # outside load on a few steps: the forward is held back 8x its usual time
         if engine.step_count in (10, 20, 30):
             slowed.add(engine.step_count + 1)
-            time.sleep(0.25)
-        return run_execute(*args, **kwargs)
+            time.sleep(8 * sorted(took)[len(took) // 2])
+        t0 = time.perf_counter()
+        out = run_execute(*args, **kwargs)
+        took.append(time.perf_counter() - t0)
+        return out
 
     engine.runner.execute = execute
     for i in range(4):
