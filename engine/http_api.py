@@ -16,13 +16,13 @@ requests/s) apply per peer address. A closed connection cancels its request, whi
 blocks at the next step boundary. Every error is ``{"error": {"message", "type", "param", "code"}}``
 with Fluxo's stable code and an HTTP status from ``STATUS``.
 """
+
 from __future__ import annotations
 
 import asyncio
 import email.utils
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -42,7 +42,9 @@ MAX_HEAD_BYTES = 16 * 1024  # request line + headers
 MAX_CONNECTIONS = 1024
 IDLE_S = 75.0  # a keep-alive connection with no request for this long is closed
 BODY_S = 30.0  # time to send a whole body
-STALL_S = 60.0  # a stream whose client reads nothing for this long is dropped (its request cancelled)
+STALL_S = (
+    60.0  # a stream whose client reads nothing for this long is dropped (its request cancelled)
+)
 MAX_STOP = 16  # stop strings per request
 MAX_STOP_CHARS = 256
 
@@ -62,6 +64,7 @@ class ModelNotFound(FluxoError):
 
 class Unsupported(FluxoError):
     """A parameter value Fluxo does not implement (``n`` other than 1, non-text message parts)."""
+
     code = "unsupported"
 
 
@@ -75,6 +78,7 @@ class Loading(FluxoError):
 
 class BadRequest(FluxoError):
     """The HTTP framing itself is wrong (request line, headers, Content-Length)."""
+
     code = "bad_request"
 
 
@@ -86,12 +90,19 @@ STATUS: dict[str, tuple[int, str]] = {
     "prompt_too_long": (400, "invalid_request_error"),
     "invalid_max_tokens": (400, "invalid_request_error"),
     "invalid_sampling": (400, "invalid_request_error"),
-    "kv_budget_too_small": (422, "invalid_request_error"),  # well formed, but this KV budget can't hold it
+    "kv_budget_too_small": (
+        422,
+        "invalid_request_error",
+    ),  # well formed, but this KV budget can't hold it
     "unknown_mode": (400, "invalid_request_error"),
     "invalid_config": (400, "invalid_request_error"),
     "unknown_request": (404, "not_found_error"),
     "step_failed": (500, "server_error"),
     "internal": (500, "server_error"),
+    "device_unavailable": (
+        503,
+        "server_error",
+    ),  # raised at start (no GPU), listed for completeness
     # the wire protocol
     "bad_json": (400, "invalid_request_error"),
     "bad_utf8": (400, "invalid_request_error"),
@@ -179,10 +190,16 @@ def _content(m: dict) -> str:
         texts = []
         for part in content:
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise _bad("messages", "a list of {role, content} objects (content parts are {type, text})", part)
+                raise _bad(
+                    "messages",
+                    "a list of {role, content} objects (content parts are {type, text})",
+                    part,
+                )
             if part["type"] != "text":
-                exc = Unsupported(f"content parts of type {protocol._show(part['type'])} are not supported; "
-                                  "this model reads text")
+                exc = Unsupported(
+                    f"content parts of type {protocol._show(part['type'])} are not supported; "
+                    "this model reads text"
+                )
                 exc.param = "messages"  # type: ignore[attr-defined]
                 raise exc
             if not isinstance(part.get("text"), str):
@@ -198,7 +215,9 @@ def parse_body(raw: bytes, kind: str) -> CompletionArgs:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise protocol.BadUtf8(f"the body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise protocol.BadUtf8(
+            f"the body is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
     try:
         body = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -212,14 +231,22 @@ def parse_body(raw: bytes, kind: str) -> CompletionArgs:
     if kind == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not 0 < len(messages) <= protocol.MAX_MESSAGES:
-            raise _bad("messages", f"a list of 1 to {protocol.MAX_MESSAGES} {{role, content}} objects", messages)
+            raise _bad(
+                "messages",
+                f"a list of 1 to {protocol.MAX_MESSAGES} {{role, content}} objects",
+                messages,
+            )
         args.messages = []
         for m in messages:
             if not isinstance(m, dict):
                 raise _bad("messages", "a list of {role, content} objects", m)
             role = {"developer": "system"}.get(m.get("role"), m.get("role"))
             if role not in ("system", "user", "assistant"):
-                raise _bad("messages", "messages with role system, developer, user or assistant", m.get("role"))
+                raise _bad(
+                    "messages",
+                    "messages with role system, developer, user or assistant",
+                    m.get("role"),
+                )
             args.messages.append({"role": role, "content": _content(m)})
     else:
         prompt = body.get("prompt")
@@ -260,10 +287,17 @@ def parse_body(raw: bytes, kind: str) -> CompletionArgs:
     if isinstance(stop, str):
         stop = [stop]
     if stop is not None:
-        if (not isinstance(stop, list) or len(stop) > MAX_STOP
-                or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
-            raise _bad("stop", f"a non-empty string or a list of at most {MAX_STOP} of them "
-                               f"(each at most {MAX_STOP_CHARS} characters)", stop)
+        if (
+            not isinstance(stop, list)
+            or len(stop) > MAX_STOP
+            or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)
+        ):
+            raise _bad(
+                "stop",
+                f"a non-empty string or a list of at most {MAX_STOP} of them "
+                f"(each at most {MAX_STOP_CHARS} characters)",
+                stop,
+            )
         args.stop = stop
     args.stream = _bool(body, "stream")
     options = body.get("stream_options")
@@ -292,15 +326,15 @@ class StopCutter:
         hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
         if hits:
             self.stopped, self.held = True, ""
-            return text[:min(hits)]
+            return text[: min(hits)]
         keep = 0  # the longest suffix of text that is a proper prefix of a stop string
         for s in self.stops:
             for k in range(min(len(s) - 1, len(text)), keep, -1):
                 if text.endswith(s[:k]):
                     keep = k
                     break
-        self.held = text[len(text) - keep:] if keep else ""
-        return text[:len(text) - keep]
+        self.held = text[len(text) - keep :] if keep else ""
+        return text[: len(text) - keep]
 
     def flush(self) -> str:
         held, self.held = self.held, ""
@@ -335,10 +369,11 @@ class Stream:
 
 
 class Generation:
-    """Text deltas of one request, with stop strings applied; ``finish`` and ``usage`` at the end."""
+    """Text deltas of one request, stop strings applied; ``finish`` and ``usage`` at the end."""
 
-    def __init__(self, api: "HttpApi", stream: Stream, request: int, args: CompletionArgs,
-                 prompt_tokens: int) -> None:
+    def __init__(
+        self, api: "HttpApi", stream: Stream, request: int, args: CompletionArgs, prompt_tokens: int
+    ) -> None:
         self.api, self.stream, self.request, self.args = api, stream, request, args
         self.cutter = StopCutter(args.stop)
         self.prompt_tokens = prompt_tokens
@@ -349,8 +384,11 @@ class Generation:
 
     @property
     def usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens,
-                "total_tokens": self.prompt_tokens + self.tokens}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.tokens,
+            "total_tokens": self.prompt_tokens + self.tokens,
+        }
 
     async def next(self) -> str | None:
         """The next non-empty text delta, or None once finished (then ``finish`` is set). Raises
@@ -407,7 +445,9 @@ class Request:
 
 
 class Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_body: int) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_body: int
+    ) -> None:
         self.reader, self.writer = reader, writer
         self.max_body = max_body
         self.buf = bytearray()
@@ -432,7 +472,7 @@ class Conn:
         if end > MAX_HEAD_BYTES:
             raise protocol.MessageTooLarge(f"the request head is over {MAX_HEAD_BYTES} bytes")
         head = bytes(self.buf[:end]).decode("latin-1")
-        del self.buf[:end + 4]
+        del self.buf[: end + 4]
         lines = head.split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
@@ -467,7 +507,9 @@ class Conn:
                 # then close (after a short linger so the client sees the answer, not a reset).
                 self.buf.clear()
                 raise _TooLargeClose(message)
-            while len(self.buf) < length:  # a modest excess is read and dropped: the connection stays
+            while (
+                len(self.buf) < length
+            ):  # a modest excess is read and dropped: the connection stays
                 if not await asyncio.wait_for(self._fill(), BODY_S):
                     raise _Gone()
             del self.buf[:length]
@@ -494,14 +536,24 @@ class Conn:
         stream.queue.put_nowait({"type": "gone"})
 
     def head(self, status: int, headers: list[tuple[str, str]], keep: bool) -> bytes:
-        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
-                 f"Date: {email.utils.formatdate(usegmt=True)}", "Server: fluxo",
-                 "Access-Control-Allow-Origin: *", f"Connection: {'keep-alive' if keep else 'close'}"]
+        lines = [
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+            f"Date: {email.utils.formatdate(usegmt=True)}",
+            "Server: fluxo",
+            "Access-Control-Allow-Origin: *",
+            f"Connection: {'keep-alive' if keep else 'close'}",
+        ]
         lines += [f"{k}: {v}" for k, v in headers]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    async def send(self, status: int, body: bytes, ctype: str, keep: bool,
-                   extra: list[tuple[str, str]] | None = None) -> None:
+    async def send(
+        self,
+        status: int,
+        body: bytes,
+        ctype: str,
+        keep: bool,
+        extra: list[tuple[str, str]] | None = None,
+    ) -> None:
         headers = [("Content-Type", ctype), ("Content-Length", str(len(body)))] + (extra or [])
         self.writer.write(self.head(status, headers, keep) + body)
         await self.writer.drain()
@@ -515,8 +567,11 @@ class Conn:
         """Headers of a server-sent-event stream; returns whether the connection can be kept."""
         keep = req.keep_alive and req.version == "HTTP/1.1"
         self.chunked = keep
-        headers = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache"),
-                   ("X-Accel-Buffering", "no")]
+        headers = [
+            ("Content-Type", "text/event-stream; charset=utf-8"),
+            ("Cache-Control", "no-cache"),
+            ("X-Accel-Buffering", "no"),
+        ]
         if keep:
             headers.append(("Transfer-Encoding", "chunked"))
         self.writer.write(self.head(200, headers, keep))
@@ -593,7 +648,9 @@ class HttpApi:
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, host: str, port: int) -> str:
-        self._server = await asyncio.start_server(self._connection, host, port, limit=MAX_HEAD_BYTES)
+        self._server = await asyncio.start_server(
+            self._connection, host, port, limit=MAX_HEAD_BYTES
+        )
         bound = self._server.sockets[0].getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{bound}"
@@ -610,8 +667,18 @@ class HttpApi:
             self._server = None
 
     def _gauges(self) -> dict[str, tuple[str, str, float]]:
-        return {"fluxo:http_requests_in_flight": ("gauge", "OpenAI-API completions in flight.", self.in_flight),
-                "fluxo:websocket_clients": ("gauge", "Open websocket connections.", len(self.server.conns))}
+        return {
+            "fluxo:http_requests_in_flight": (
+                "gauge",
+                "OpenAI-API completions in flight.",
+                self.in_flight,
+            ),
+            "fluxo:websocket_clients": (
+                "gauge",
+                "Open websocket connections.",
+                len(self.server.conns),
+            ),
+        }
 
     # -- GET answers (both ports) ---------------------------------------------------------------
     def health(self) -> Reply:
@@ -622,29 +689,48 @@ class HttpApi:
             status = "stopped"
         else:
             status = "ok"
-        body = {"status": status, "step": self.engine.step_count, "paused": self.engine.paused,
-                "running": len(self.engine.scheduler.running), "waiting": self.engine.queue_len()}
+        body = {
+            "status": status,
+            "step": self.engine.step_count,
+            "paused": self.engine.paused,
+            "running": len(self.engine.scheduler.running),
+            "waiting": self.engine.queue_len(),
+        }
         return Reply(200 if status == "ok" else 503, protocol.dumps(body).encode())
 
     def _model(self) -> dict[str, Any]:
-        return {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "fluxo",
-                "max_model_len": self.engine.config.max_model_len}
+        return {
+            "id": self.model_id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "fluxo",
+            "max_model_len": self.engine.config.max_model_len,
+        }
 
     def get(self, path: str) -> Reply | None:
         """The answer to ``GET path``, or None when the path is not an HTTP endpoint."""
         if path == "/health":
             return self.health()
         if path == "/metrics":
-            return Reply(200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+            return Reply(
+                200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8"
+            )
         if path == "/v1/models":
             return Reply(200, protocol.dumps({"object": "list", "data": [self._model()]}).encode())
         if path.startswith("/v1/models/"):
-            if path[len("/v1/models/"):] == self.model_id:
+            if path[len("/v1/models/") :] == self.model_id:
                 return Reply(200, protocol.dumps(self._model()).encode())
-            return Reply(*error_body("model_not_found", f"no model {protocol._show(path[11:])}; "
-                                                        f"this server serves {self.model_id!r}", "model"))
+            return Reply(
+                *error_body(
+                    "model_not_found",
+                    f"no model {protocol._show(path[11:])}; this server serves {self.model_id!r}",
+                    "model",
+                )
+            )
         if path in ("/v1/chat/completions", "/v1/completions"):
-            return Reply(*error_body("method_not_allowed", f"{path} takes POST" + self._post_hint()))
+            return Reply(
+                *error_body("method_not_allowed", f"{path} takes POST" + self._post_hint())
+            )
         if path.startswith("/v1/"):
             return Reply(*error_body("not_found", f"no endpoint {protocol._show(path)}"))
         return None
@@ -659,9 +745,15 @@ class HttpApi:
         reply = self.get(path)
         if reply is None:
             return None
-        headers = Headers([("Date", email.utils.formatdate(usegmt=True)), ("Connection", "close"),
-                           ("Content-Length", str(len(reply.body))), ("Content-Type", reply.ctype),
-                           ("Access-Control-Allow-Origin", "*")])
+        headers = Headers(
+            [
+                ("Date", email.utils.formatdate(usegmt=True)),
+                ("Connection", "close"),
+                ("Content-Length", str(len(reply.body))),
+                ("Content-Type", reply.ctype),
+                ("Access-Control-Allow-Origin", "*"),
+            ]
+        )
         return Response(reply.status, HTTPStatus(reply.status).phrase, headers, reply.body)
 
     # -- the sibling port -----------------------------------------------------------------------
@@ -671,7 +763,9 @@ class HttpApi:
         conn = Conn(reader, writer, self.limits.max_message_bytes)
         try:
             if len(self._tasks) > MAX_CONNECTIONS:
-                await conn.send_error(protocol.Busy(f"over {MAX_CONNECTIONS} HTTP connections"), False)
+                await conn.send_error(
+                    protocol.Busy(f"over {MAX_CONNECTIONS} HTTP connections"), False
+                )
                 return
             while True:
                 keep = False
@@ -687,7 +781,9 @@ class HttpApi:
                     await self._linger(conn)
                     return
                 except FluxoError as exc:  # framing errors: the body may be unread, so close after
-                    keep = keep and exc.code == "message_too_large"  # that body was read and dropped
+                    keep = (
+                        keep and exc.code == "message_too_large"
+                    )  # that body was read and dropped
                     await conn.send_error(exc, keep)
                     if not keep:
                         await self._linger(conn)
@@ -721,14 +817,29 @@ class HttpApi:
         path = urlsplit(req.path).path
         try:
             if req.method == "OPTIONS":  # a browser's CORS preflight
-                await conn.send(204, b"", "text/plain", keep,
-                                [("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
-                                 ("Access-Control-Allow-Headers", "Authorization, Content-Type"),
-                                 ("Access-Control-Max-Age", "600")])
+                await conn.send(
+                    204,
+                    b"",
+                    "text/plain",
+                    keep,
+                    [
+                        ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
+                        ("Access-Control-Allow-Headers", "Authorization, Content-Type"),
+                        ("Access-Control-Max-Age", "600"),
+                    ],
+                )
                 return keep
             if req.method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
-                return await self._completion(conn, req, "chat" if path == "/v1/chat/completions" else "text")
-            known = path in ("/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions")
+                return await self._completion(
+                    conn, req, "chat" if path == "/v1/chat/completions" else "text"
+                )
+            known = path in (
+                "/health",
+                "/metrics",
+                "/v1/models",
+                "/v1/chat/completions",
+                "/v1/completions",
+            )
             if not known and not path.startswith("/v1/models/"):
                 raise NotFound(f"no endpoint {protocol._show(path)}")
             if req.method != "GET":
@@ -741,19 +852,27 @@ class HttpApi:
             return keep
         except Exception as exc:  # noqa: BLE001 - a server bug answers this request, not the class
             log.exception("HTTP %s %s failed", req.method, path)
-            await conn.send_error(_Coded("internal", f"internal error: {type(exc).__name__}"), False)
+            await conn.send_error(
+                _Coded("internal", f"internal error: {type(exc).__name__}"), False
+            )
             return False
 
     def _default_max(self, n_prompt: int) -> int:
         """No max_tokens: as long as the context and the KV budget allow (as vLLM does)."""
         cfg = self.engine.config
-        room = min(cfg.max_new_tokens_limit, cfg.max_model_len - n_prompt, cfg.kv_blocks * cfg.block_size - n_prompt)
+        room = min(
+            cfg.max_new_tokens_limit,
+            cfg.max_model_len - n_prompt,
+            cfg.kv_blocks * cfg.block_size - n_prompt,
+        )
         return max(1, room)
 
     async def _completion(self, conn: Conn, req: Request, kind: str) -> bool:
         args = parse_body(req.body, kind)
         if args.model is not None and args.model != self.model_id:
-            exc = ModelNotFound(f"the model {args.model!r} does not exist here; this server serves {self.model_id!r}")
+            exc = ModelNotFound(
+                f"no model {args.model!r} here; this server serves {self.model_id!r}"
+            )
             exc.param = "model"  # type: ignore[attr-defined]
             raise exc
         tok = self.engine.tokenizer
@@ -765,7 +884,9 @@ class HttpApi:
             if not args.prompt.strip():
                 raise EmptyPrompt("the prompt is empty")
             token_ids = list(tok.encode(args.prompt))
-        max_tokens = args.max_tokens if args.max_tokens is not None else self._default_max(len(token_ids))
+        max_tokens = (
+            args.max_tokens if args.max_tokens is not None else self._default_max(len(token_ids))
+        )
         if max_tokens < 1:
             exc = protocol.BadField(f"max_tokens must be at least 1, got {max_tokens}")
             exc.param = "max_tokens"  # type: ignore[attr-defined]
@@ -777,14 +898,25 @@ class HttpApi:
                 self.peers = {k: p for k, p in self.peers.items() if p.open}
             peer = self.peers[key] = _Peer()
         if peer.open >= self.limits.max_open_requests:
-            raise protocol.TooManyRequests(f"{key} already has {peer.open} open requests "
-                                           f"(limit {self.limits.max_open_requests})")
+            raise protocol.TooManyRequests(
+                f"{key} already has {peer.open} open requests "
+                f"(limit {self.limits.max_open_requests})"
+            )
         if not peer.take(self.limits.max_requests_per_s):
-            raise protocol.RateLimited(f"over {self.limits.max_requests_per_s:g} requests/s from {key}; slow down")
+            raise protocol.RateLimited(
+                f"over {self.limits.max_requests_per_s:g} requests/s from {key}; slow down"
+            )
         stream = Stream()
-        handle = self.server.submit_for(stream, key, token_ids=token_ids, max_new_tokens=max_tokens,
-                                        temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                                        ignore_eos=args.ignore_eos)
+        handle = self.server.submit_for(
+            stream,
+            key,
+            token_ids=token_ids,
+            max_new_tokens=max_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            ignore_eos=args.ignore_eos,
+        )
         gen = Generation(self, stream, handle.id, args, len(token_ids))
         peer.open += 1
         self.in_flight += 1
@@ -813,12 +945,22 @@ class HttpApi:
         text = "".join(parts)
         rid, obj = self._ids(gen)
         if gen.args.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": gen.finish}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": gen.finish,
+            }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": gen.finish}
-        body = {"id": rid, "object": obj, "created": int(time.time()), "model": self.model_id,
-                "choices": [choice], "usage": gen.usage}
+        body = {
+            "id": rid,
+            "object": obj,
+            "created": int(time.time()),
+            "model": self.model_id,
+            "choices": [choice],
+            "usage": gen.usage,
+        }
         await conn.send(200, protocol.dumps(body).encode(), "application/json", req.keep_alive)
         return req.keep_alive
 
@@ -826,8 +968,12 @@ class HttpApi:
         keep = await conn.start_events(req)
         rid, obj = self._ids(gen)
         chat = gen.args.kind == "chat"
-        base = {"id": rid, "object": f"{obj}.chunk" if chat else obj, "created": int(time.time()),
-                "model": self.model_id}
+        base = {
+            "id": rid,
+            "object": f"{obj}.chunk" if chat else obj,
+            "created": int(time.time()),
+            "model": self.model_id,
+        }
         usage_null = {"usage": None} if gen.args.include_usage else {}
 
         def chunk(text: str | None, finish: str | None, role: bool = False) -> str:
@@ -850,8 +996,18 @@ class HttpApi:
                 await conn.event(protocol.dumps({**base, "choices": [], "usage": gen.usage}))
         except FluxoError as exc:  # the engine failed the request after the stream began
             status, kind = STATUS.get(exc.code, (500, "server_error"))
-            await conn.event(protocol.dumps({"error": {"message": exc.message, "type": kind, "param": None,
-                                                       "code": exc.code}}))
+            await conn.event(
+                protocol.dumps(
+                    {
+                        "error": {
+                            "message": exc.message,
+                            "type": kind,
+                            "param": None,
+                            "code": exc.code,
+                        }
+                    }
+                )
+            )
         except (ConnectionError, OSError):
             raise _Gone() from None
         await conn.event("[DONE]")

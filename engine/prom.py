@@ -10,6 +10,7 @@ Where Fluxo's moment of counting differs from vLLM's, it is said here: prompt an
 TTFT, inter-token latency and end-to-end latency are observed when a request ends (its record then
 holds every token time); vLLM observes them per iteration. Over a scrape interval the totals agree.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,11 +22,45 @@ from engine.telemetry import Record
 
 # Bucket upper bounds in seconds (tokens for the per-step histogram). On this CPU a SmolLM2 decode
 # step is ~45 ms and a 384-token prefill ~0.6 s, so the fine buckets sit around those.
-TTFT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0)
+TTFT_BUCKETS = (
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
-E2E_BUCKETS = (0.1, 0.3, 0.5, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 240.0,
-               480.0)
+E2E_BUCKETS = (
+    0.1,
+    0.3,
+    0.5,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+)
 STEP_TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 
@@ -55,8 +90,12 @@ class Counters:
     preemptions: int = 0
     dead_slot_steps: int = 0
     steps: int = 0
-    step_tokens: dict[str, int] = field(default_factory=lambda: {"prefill": 0, "decode": 0, "dead": 0})
-    ended: dict[str, int] = field(default_factory=lambda: {"finished": 0, "cancelled": 0, "failed": 0})
+    step_tokens: dict[str, int] = field(
+        default_factory=lambda: {"prefill": 0, "decode": 0, "dead": 0}
+    )
+    ended: dict[str, int] = field(
+        default_factory=lambda: {"finished": 0, "cancelled": 0, "failed": 0}
+    )
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
@@ -67,7 +106,9 @@ class Counters:
 class Metrics:
     """Subscribes to an engine's telemetry on creation; ``render()`` is the ``/metrics`` page."""
 
-    def __init__(self, engine, model_name: str, extra: Callable[[], dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self, engine, model_name: str, extra: Callable[[], dict[str, Any]] | None = None
+    ) -> None:
         self.engine = engine
         self.model_name = model_name
         self.extra = extra  # server facts (HTTP requests in flight, subscribers) added as gauges
@@ -86,7 +127,9 @@ class Metrics:
                 for phase in c.step_tokens:
                     c.step_tokens[phase] += tokens.get(phase, 0)
                 c.dead_slot_steps += tokens.get("dead", 0)  # one row per dead slot per step
-                c.step_size.observe(tokens.get("prefill", 0) + tokens.get("decode", 0) + tokens.get("dead", 0))
+                c.step_size.observe(
+                    tokens.get("prefill", 0) + tokens.get("decode", 0) + tokens.get("dead", 0)
+                )
                 return
             if rec["finished"] is None:  # queued: counted when it ends
                 return
@@ -111,50 +154,123 @@ class Metrics:
         blocks = eng.blocks
         with self._lock:
             c = self.c
-            snap = (c.prompt_tokens, c.generation_tokens, c.preemptions, c.dead_slot_steps, c.steps,
-                    dict(c.step_tokens), dict(c.ended))
-            hists = {name: (h.bounds, list(h.counts), h.total, h.n)
-                     for name, h in (("ttft", c.ttft), ("itl", c.itl), ("e2e", c.e2e), ("queue", c.queue),
-                                     ("step", c.step_size))}
+            snap = (
+                c.prompt_tokens,
+                c.generation_tokens,
+                c.preemptions,
+                c.dead_slot_steps,
+                c.steps,
+                dict(c.step_tokens),
+                dict(c.ended),
+            )
+            hists = {
+                name: (h.bounds, list(h.counts), h.total, h.n)
+                for name, h in (
+                    ("ttft", c.ttft),
+                    ("itl", c.itl),
+                    ("e2e", c.e2e),
+                    ("queue", c.queue),
+                    ("step", c.step_size),
+                )
+            }
         prompt, gen, preempt, dead, steps, step_tokens, ended = snap
         w = _Writer({"model_name": self.model_name})
-        w.metric("vllm:num_requests_running", "gauge", "Requests in a batch slot now (live, not dead).",
-                 [({}, len(running))])
-        w.metric("vllm:num_requests_waiting", "gauge", "Requests submitted and not admitted yet.",
-                 [({}, eng.queue_len())])
+        w.metric(
+            "vllm:num_requests_running",
+            "gauge",
+            "Requests in a batch slot now (live, not dead).",
+            [({}, len(running))],
+        )
+        w.metric(
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Requests submitted and not admitted yet.",
+            [({}, eng.queue_len())],
+        )
         usage = blocks.num_used / blocks.budget if blocks.budget else 0.0
-        w.metric("vllm:kv_cache_usage_perc", "gauge", "KV blocks in use / the KV budget (1 = full).",
-                 [({}, usage)])
-        w.metric("vllm:prompt_tokens_total", "counter",
-                 "Prompt tokens of ended requests that were admitted (counted at the end).", [({}, prompt)])
-        w.metric("vllm:generation_tokens_total", "counter",
-                 "Tokens generated by ended requests (counted at the end).", [({}, gen)])
-        w.metric("vllm:num_preemptions_total", "counter",
-                 "Preemptions by recompute (a running sequence's KV given back).", [({}, preempt)])
-        w.histogram("vllm:time_to_first_token_seconds", "Arrival to first token, seconds.", hists["ttft"])
-        w.histogram("vllm:inter_token_latency_seconds", "Time between consecutive tokens of a request.",
-                    hists["itl"])
-        w.histogram("vllm:e2e_request_latency_seconds", "Arrival to end of finished requests, seconds.",
-                    hists["e2e"])
-        w.histogram("vllm:request_queue_time_seconds", "Arrival to admission into a slot, seconds.",
-                    hists["queue"])
-        w.histogram("vllm:iteration_tokens_total", "Token rows per engine step (dead slots included).",
-                    hists["step"])
-        w.metric("fluxo:dead_slot_steps_total", "counter",
-                 "Slot-steps computed for requests that had already ended (static batches).", [({}, dead)])
+        w.metric(
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV blocks in use / the KV budget (1 = full).",
+            [({}, usage)],
+        )
+        w.metric(
+            "vllm:prompt_tokens_total",
+            "counter",
+            "Prompt tokens of ended requests that were admitted (counted at the end).",
+            [({}, prompt)],
+        )
+        w.metric(
+            "vllm:generation_tokens_total",
+            "counter",
+            "Tokens generated by ended requests (counted at the end).",
+            [({}, gen)],
+        )
+        w.metric(
+            "vllm:num_preemptions_total",
+            "counter",
+            "Preemptions by recompute (a running sequence's KV given back).",
+            [({}, preempt)],
+        )
+        w.histogram(
+            "vllm:time_to_first_token_seconds", "Arrival to first token, seconds.", hists["ttft"]
+        )
+        w.histogram(
+            "vllm:inter_token_latency_seconds",
+            "Time between consecutive tokens of a request.",
+            hists["itl"],
+        )
+        w.histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Arrival to end of finished requests, seconds.",
+            hists["e2e"],
+        )
+        w.histogram(
+            "vllm:request_queue_time_seconds",
+            "Arrival to admission into a slot, seconds.",
+            hists["queue"],
+        )
+        w.histogram(
+            "vllm:iteration_tokens_total",
+            "Token rows per engine step (dead slots included).",
+            hists["step"],
+        )
+        w.metric(
+            "fluxo:dead_slot_steps_total",
+            "counter",
+            "Slot-steps computed for requests that had already ended (static batches).",
+            [({}, dead)],
+        )
         w.metric("fluxo:steps_total", "counter", "Engine steps taken.", [({}, steps)])
-        w.metric("fluxo:step_tokens_total", "counter",
-                 "Token rows computed, by phase (prefill counts recompute after preemption).",
-                 [({"phase": k}, v) for k, v in step_tokens.items()])
-        w.metric("fluxo:requests_ended_total", "counter", "Requests ended, by status.",
-                 [({"status": k}, v) for k, v in ended.items()])
-        w.metric("fluxo:policy_info", "gauge", "The live scheduling configuration (value always 1).",
-                 [({"policy": cfg.policy, "runner": cfg.runner, "kv_layout": cfg.kv_layout}, 1)])
+        w.metric(
+            "fluxo:step_tokens_total",
+            "counter",
+            "Token rows computed, by phase (prefill counts recompute after preemption).",
+            [({"phase": k}, v) for k, v in step_tokens.items()],
+        )
+        w.metric(
+            "fluxo:requests_ended_total",
+            "counter",
+            "Requests ended, by status.",
+            [({"status": k}, v) for k, v in ended.items()],
+        )
+        w.metric(
+            "fluxo:policy_info",
+            "gauge",
+            "The live scheduling configuration (value always 1).",
+            [({"policy": cfg.policy, "runner": cfg.runner, "kv_layout": cfg.kv_layout}, 1)],
+        )
         w.metric("fluxo:max_slots", "gauge", "Batch slots.", [({}, cfg.max_slots)])
-        w.metric("fluxo:kv_blocks_total", "gauge", "The KV budget in blocks.", [({}, blocks.budget)])
+        w.metric(
+            "fluxo:kv_blocks_total", "gauge", "The KV budget in blocks.", [({}, blocks.budget)]
+        )
         w.metric("fluxo:kv_blocks_used", "gauge", "KV blocks in use.", [({}, blocks.num_used)])
-        w.metric("fluxo:engine_paused", "gauge", "1 while the presenter has paused the engine.",
-                 [({}, int(eng.paused))])
+        w.metric(
+            "fluxo:engine_paused",
+            "gauge",
+            "1 while the presenter has paused the engine.",
+            [({}, int(eng.paused))],
+        )
         for name, (kind, help_, value) in (self.extra() if self.extra else {}).items():
             w.metric(name, kind, help_, [({}, value)])
         return w.text()

@@ -1,5 +1,6 @@
 """Errors of the HTTP API as the OpenAI API gives them: hostile bodies, wrong types, unknown paths,
 oversized bodies, limits, engine errors; the server keeps serving (tiny model, real loopback)."""
+
 from __future__ import annotations
 
 import inspect
@@ -24,7 +25,14 @@ def tiny_server(tiny):
 
     def start(limits: Limits | None = None, **config) -> Server:
         model, tok = tiny
-        cfg = dict(model="tiny", dtype="float64", max_slots=4, kv_blocks=64, block_size=4, max_new_tokens_limit=64)
+        cfg = dict(
+            model="tiny",
+            dtype="float64",
+            max_slots=4,
+            kv_blocks=64,
+            block_size=4,
+            max_new_tokens_limit=64,
+        )
         cfg.update(config)
         engine = Engine(EngineConfig(**cfg), model=model, tokenizer=tok)
         server = Server(engine, "127.0.0.1", 0, None, limits, model_name="tiny", http_port=0)
@@ -50,7 +58,9 @@ class Http:
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: str = "") -> None:
         length = f"Content-Length: {len(body)}\r\n" if body is not None else ""
-        self.send(f"{method} {path} HTTP/1.1\r\nHost: t\r\n{headers}{length}\r\n".encode() + (body or b""))
+        self.send(
+            f"{method} {path} HTTP/1.1\r\nHost: t\r\n{headers}{length}\r\n".encode() + (body or b"")
+        )
 
     def response(self) -> tuple[int, dict[str, str], bytes]:
         while b"\r\n\r\n" not in self.buf:
@@ -67,7 +77,9 @@ class Http:
         body, self.buf = self.buf[:n], self.buf[n:]
         return int(lines[0].split()[1]), headers, body
 
-    def json(self, method: str, path: str, body: object = None, raw: bytes | None = None) -> tuple[int, dict]:
+    def json(
+        self, method: str, path: str, body: object = None, raw: bytes | None = None
+    ) -> tuple[int, dict]:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         self.request(method, path, data)
         status, _, payload = self.response()
@@ -88,12 +100,21 @@ def openai_error(status: int, body: dict, http: int, code: str) -> None:
     assert isinstance(err["message"], str) and err["message"] and isinstance(err["type"], str)
 
 
-OK = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}
+OK = {
+    "model": "tiny",
+    "messages": [{"role": "user", "content": "hi"}],
+    "max_tokens": 3,
+    "temperature": 0,
+}
 
 
 def test_every_engine_and_protocol_error_code_has_an_http_status():
-    codes = {cls.code for module in (errors, protocol) for _, cls in inspect.getmembers(module, inspect.isclass)
-             if issubclass(cls, FluxoError)}
+    codes = {
+        cls.code
+        for module in (errors, protocol)
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if issubclass(cls, FluxoError)
+    }
     assert len(codes) >= 20
     assert codes <= STATUS.keys(), codes - STATUS.keys()
     assert all(400 <= status < 600 for status, _ in STATUS.values())
@@ -107,9 +128,18 @@ def test_hostile_bodies_get_openai_shaped_errors_on_one_connection_that_keeps_se
         (b"[1, 2]", 400, "bad_json"),
         (b'{"messages": "\xff\xfe"}', 400, "bad_utf8"),
         (json.dumps({**OK, "messages": "hi"}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "messages": [{"role": "tool", "content": "x"}]}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(),
-         400, "unsupported"),
+        (
+            json.dumps({**OK, "messages": [{"role": "tool", "content": "x"}]}).encode(),
+            400,
+            "bad_field",
+        ),
+        (
+            json.dumps(
+                {**OK, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
+            ).encode(),
+            400,
+            "unsupported",
+        ),
         (json.dumps({**OK, "max_tokens": "3"}).encode(), 400, "bad_field"),
         (json.dumps({**OK, "max_tokens": 3.5}).encode(), 400, "bad_field"),
         (json.dumps({**OK, "max_tokens": 0}).encode(), 400, "bad_field"),
@@ -123,25 +153,47 @@ def test_hostile_bodies_get_openai_shaped_errors_on_one_connection_that_keeps_se
         (json.dumps({**OK, "seed": -1}).encode(), 400, "bad_field"),
         (json.dumps({**OK, "n": 2}).encode(), 400, "unsupported"),
         (json.dumps({**OK, "model": "gpt-4o"}).encode(), 404, "model_not_found"),
-        (json.dumps({**OK, "messages": [{"role": "user", "content": "   "}]}).encode(), 400, "empty_prompt"),
-        (json.dumps({**OK, "messages": [{"role": "user", "content": "word " * 40}]}).encode(),
-         422, "kv_budget_too_small"),
+        (
+            json.dumps({**OK, "messages": [{"role": "user", "content": "   "}]}).encode(),
+            400,
+            "empty_prompt",
+        ),
+        (
+            json.dumps({**OK, "messages": [{"role": "user", "content": "word " * 40}]}).encode(),
+            422,
+            "kv_budget_too_small",
+        ),
     ]
     for raw, status, code in cases:
         got, body = http.json("POST", "/v1/chat/completions", raw=raw)
         openai_error(got, body, status, code)
         if code == "bad_field":
-            assert body["error"]["param"] in ("messages", "max_tokens", "temperature", "stream", "stop", "seed")
-    for method, path, status, code in [("GET", "/nope", 404, "not_found"), ("POST", "/v1/embeddings", 404, "not_found"),
-                                       ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
-                                       ("DELETE", "/v1/models", 405, "method_not_allowed"),
-                                       ("GET", "/v1/models/other", 404, "model_not_found")]:
+            assert body["error"]["param"] in (
+                "messages",
+                "max_tokens",
+                "temperature",
+                "stream",
+                "stop",
+                "seed",
+            )
+    for method, path, status, code in [
+        ("GET", "/nope", 404, "not_found"),
+        ("POST", "/v1/embeddings", 404, "not_found"),
+        ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
+        ("DELETE", "/v1/models", 405, "method_not_allowed"),
+        ("GET", "/v1/models/other", 404, "model_not_found"),
+    ]:
         openai_error(*http.json(method, path, body={} if method == "POST" else None), status, code)
-    status, body = http.json("POST", "/v1/completions", raw=json.dumps({"prompt": ["a", "b"]}).encode())
+    status, body = http.json(
+        "POST", "/v1/completions", raw=json.dumps({"prompt": ["a", "b"]}).encode()
+    )
     openai_error(status, body, 400, "unsupported")
     # Unknown fields are ignored, as the reference servers do; the same connection still serves.
-    status, body = http.json("POST", "/v1/chat/completions",
-                             {**OK, "frequency_penalty": 0.5, "logit_bias": {"1": 2}, "user": "u", "x_fluxo": [1]})
+    status, body = http.json(
+        "POST",
+        "/v1/chat/completions",
+        {**OK, "frequency_penalty": 0.5, "logit_bias": {"1": 2}, "user": "u", "x_fluxo": [1]},
+    )
     assert status == 200 and body["choices"][0]["finish_reason"] in ("stop", "length")
     assert body["usage"]["completion_tokens"] <= 3
 
@@ -161,13 +213,20 @@ def test_oversized_bodies_413_and_framing_errors(tiny_server):
     assert headers["connection"] == "close" and http.closed()
     # Waiting for 100-continue with an oversized body: refused before the body is sent.
     http = Http(server)
-    http.send(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 99999\r\n\r\n")
+    http.send(
+        b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+        b"Content-Length: 99999\r\n\r\n"
+    )
     status, _, payload = http.response()
     openai_error(status, json.loads(payload), 413, "message_too_large")
     # No Content-Length, a chunked body, a broken request line, a header flood.
     for raw, status_code, code in [
         (b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n\r\n", 411, "length_required"),
-        (b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411, "length_required"),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            411,
+            "length_required",
+        ),
         (b"HELLO\r\n\r\n", 400, "bad_request"),
         (b"GET /health HTTP/1.1\r\n" + b"X-A: b\r\n" * 4000 + b"\r\n", 413, "message_too_large"),
     ]:
@@ -179,7 +238,10 @@ def test_oversized_bodies_413_and_framing_errors(tiny_server):
     # Expect: 100-continue within the limit works as curl uses it.
     http = Http(server)
     data = json.dumps({"prompt": "ab", "max_tokens": 2}).encode()
-    http.send(f"POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: {len(data)}\r\n\r\n".encode())
+    http.send(
+        b"POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\n"
+        + f"Content-Length: {len(data)}\r\n\r\n".encode()
+    )
     status, _, _ = http.response()
     assert status == 100
     http.send(data)
@@ -193,37 +255,81 @@ def test_per_peer_limits_and_queue_limit_answer_429_and_503(tiny_server):
     try:
         held = [Http(server) for _ in range(2)]
         for h in held:
-            h.request("POST", "/v1/completions", json.dumps({"prompt": "ab", "max_tokens": 2}).encode())
+            h.request(
+                "POST", "/v1/completions", json.dumps({"prompt": "ab", "max_tokens": 2}).encode()
+            )
         deadline = time.monotonic() + 10
         while server.engine.queue_len() < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-        status, body = Http(server).json("POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2})
+        status, body = Http(server).json(
+            "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2}
+        )
         openai_error(status, body, 429, "too_many_requests")
         for _ in range(2):  # the websocket side fills the queue: one queue for both
             server.engine.submit(prompt="x", max_new_tokens=2, client="other")
         server.http.peers.clear()  # a fresh peer: only the queue limit stands in the way
-        status, body = Http(server).json("POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2})
+        status, body = Http(server).json(
+            "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2}
+        )
         openai_error(status, body, 503, "busy")
     finally:
         server.engine.resume()
     for h in held:
         status, _, payload = h.response()
         assert status == 200 and json.loads(payload)["usage"]["completion_tokens"] == 2
-    server.http.peers.clear()
-    rate = tiny_server(limits=Limits(max_requests_per_s=1))  # a burst of 2, then 1 per second
-    http = Http(rate)
-    codes = [http.json("POST", "/v1/completions", {"prompt": "ab", "max_tokens": 1})[0] for _ in range(4)]
-    assert codes[:2] == [200, 200] and 429 in codes[2:]
+    # 1 request/s: a burst of 2, then the rest of a quick burst is refused (engine paused, so no
+    # time passes while requests run).
+    rate = tiny_server(limits=Limits(max_requests_per_s=1, max_open_requests=8))
+    rate.engine.pause()
+    try:
+        held = [Http(rate) for _ in range(2)]
+        for h in held:
+            h.request(
+                "POST", "/v1/completions", json.dumps({"prompt": "ab", "max_tokens": 1}).encode()
+            )
+        deadline = time.monotonic() + 10
+        while rate.engine.queue_len() < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(2):
+            status, body = Http(rate).json(
+                "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 1}
+            )
+            openai_error(status, body, 429, "rate_limited")
+    finally:
+        rate.engine.resume()
+    assert [h.response()[0] for h in held] == [200, 200]
 
 
-VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True), st.text(max_size=8),
-                   st.lists(st.integers(-2, 300), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(),
-                                                                                max_size=2))
-FIELDS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-          "stop", "n", "stream", "stream_options", "ignore_eos", "unknown"]
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.lists(st.integers(-2, 300), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+FIELDS = [
+    "model",
+    "messages",
+    "prompt",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "n",
+    "stream",
+    "stream_options",
+    "ignore_eos",
+    "unknown",
+]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(body=st.dictionaries(st.sampled_from(FIELDS), VALUES, max_size=6), chat=st.booleans())
 def test_fuzzed_bodies_get_a_status_and_an_openai_shape(tiny_server_once, body, chat):
     server = tiny_server_once
@@ -238,18 +344,43 @@ def test_fuzzed_bodies_get_a_status_and_an_openai_shape(tiny_server_once, body, 
     if status == 200:
         assert answer["choices"][0]["finish_reason"] in ("stop", "length")
     else:
-        assert status in (400, 404, 422) and set(answer["error"]) == {"message", "type", "param", "code"}, answer
+        assert status in (400, 404, 422) and set(answer["error"]) == {
+            "message",
+            "type",
+            "param",
+            "code",
+        }, answer
     http.sock.close()
 
 
 @pytest.fixture(scope="module")
 def tiny_server_once(tiny):
     model, tok = tiny
-    engine = Engine(EngineConfig(model="tiny", dtype="float64", max_slots=4, kv_blocks=64, block_size=4,
-                                 max_new_tokens_limit=64), model=model, tokenizer=tok)
-    server = Server(engine, "127.0.0.1", 0, None, Limits(max_requests_per_s=1000), model_name="tiny", http_port=0)
+    engine = Engine(
+        EngineConfig(
+            model="tiny",
+            dtype="float64",
+            max_slots=4,
+            kv_blocks=64,
+            block_size=4,
+            max_new_tokens_limit=64,
+        ),
+        model=model,
+        tokenizer=tok,
+    )
+    server = Server(
+        engine,
+        "127.0.0.1",
+        0,
+        None,
+        Limits(max_requests_per_s=1000),
+        model_name="tiny",
+        http_port=0,
+    )
     _, stop = server.run_in_thread()
     yield server
-    status, body = Http(server).json("POST", "/v1/chat/completions", OK)  # still serving after the fuzz
+    status, body = Http(server).json(
+        "POST", "/v1/chat/completions", OK
+    )  # still serving after the fuzz
     assert status == 200, body
     stop()
