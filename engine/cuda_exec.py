@@ -30,6 +30,7 @@ scripts/gpu_check.sh. None of it has run on a GPU yet (docs/gpu/README.md).
 """
 from __future__ import annotations
 
+import functools
 import math
 from concurrent.futures import Future
 from dataclasses import dataclass, fields
@@ -387,6 +388,7 @@ class CudaExecutor:
                 "eager_steps": self.eager}
 
 
+@functools.lru_cache(maxsize=4)
 def device_name(device: str) -> str:
     """What the page shows beside the device: the GPU's name, or the CPU model."""
     if device == "cuda" and torch.cuda.is_available():

@@ -25,6 +25,7 @@ from websockets.exceptions import ConnectionClosed
 
 from engine import http_api, protocol
 from engine.engine import Engine
+from engine.cuda_exec import device_name
 from engine.errors import FluxoError, UnknownRequest
 from engine.metrics import inter_token_latencies, median, summarize_window
 from engine.protocol import dumps
@@ -276,7 +277,8 @@ class Server:
         writer = asyncio.create_task(conn.writer())
         conn.send({"type": "hello", "server": "fluxo", "version": VERSION, "client": conn.id,
                    "role": "presenter" if presenter else "viewer", "model": self.model_name,
-                   "limits": self.limits.public(self.engine), "state": self.state(conn), "http_url": self.http_url})
+                   "limits": self.limits.public(self.engine), "state": self.state(conn), "http_url": self.http_url,
+                   "device": self.engine.config.device, "device_name": device_name(self.engine.config.device)})
         try:
             async for raw in ws:
                 await self._on_message(conn, raw)
@@ -326,7 +328,10 @@ class Server:
                 "role": None if conn is None else ("presenter" if conn.presenter else "viewer"),
                 "queue_len": self.engine.queue_len(), "running": running, "step": self.engine.step_count,
                 "kv": {"blocks_total": self.engine.blocks.budget, "blocks_used": self.engine.blocks.num_used},
-                "wall_offset": self._wall_offset, "subscribers": sum(c.subscribed for c in self.conns)}
+                "wall_offset": self._wall_offset, "subscribers": sum(c.subscribed for c in self.conns),
+                # Where the forward runs (the GPU's or CPU's name) and whether decode steps replay CUDA graphs.
+                "device": self.engine.config.device, "device_name": device_name(self.engine.config.device),
+                "cuda_graphs": bool(getattr(self.engine, "cuda", None) and self.engine.cuda.graphs_on)}
 
     def broadcast_state(self) -> None:
         for conn in list(self.conns):

@@ -174,3 +174,26 @@ def test_cuda_graphs_setting_and_the_cpu_path_untouched(make_tiny_engine):
         EngineConfig().updated(cuda_graphs=False)  # not live: graphs are captured at start
     assert make_tiny_engine().cuda is None
     assert device_name("cpu")
+
+
+def test_server_hello_and_state_name_the_device(make_tiny_engine):
+    import asyncio
+    import json
+
+    from websockets.asyncio.client import connect
+
+    from engine.server import Server
+
+    server = Server(make_tiny_engine(), "127.0.0.1", 0, None)
+    _, stop = server.run_in_thread()
+    try:
+        async def hello() -> dict:
+            async with connect(f"ws://127.0.0.1:{server.port}") as ws:
+                return json.loads(await ws.recv())
+
+        msg = asyncio.run(hello())
+    finally:
+        stop()
+    assert msg["device"] == msg["state"]["device"] == "cpu"
+    assert msg["device_name"] == msg["state"]["device_name"] == device_name("cpu") != ""
+    assert msg["state"]["cuda_graphs"] is False  # no graphs on the CPU, whatever the setting
