@@ -165,14 +165,14 @@ with right:
                                         disabled=not presenter, help=help_ or words["compare_help"]):
         results = run_compares(c, scenario, words)
         if results is not None:
-            st.session_state["lesson_compare"] = {"lesson": name, "results": results}
+            st.session_state["lesson_compare_result"] = {"lesson": name, "results": results}
         st.rerun()
     watch = scenario.get("watch")
     if watch:
         st.markdown(f"**{words['watch']}**")
         st.write(watch if isinstance(watch, str) else watch.get(lang if lang in watch else "en", ""))
 with left:
-    done = st.session_state.get("lesson_compare")
+    done = st.session_state.get("lesson_compare_result")
     if done and done["lesson"] == name:
         st.success(words["compare_ok"])
         st.markdown(f"**{words['results']}**")

@@ -81,8 +81,15 @@ def test_the_presenter_gets_the_teacher_part(tmp_path, monkeypatch, loopback_pag
             assert at.selectbox(key="lesson_name").value == path.name
             assert len(at.expander) == 1 and "Answer key" in _texts(at), path.name
         at.radio(key="lesson_lang").set_value("pt-BR").run()
+        at.selectbox(key="lesson_name").select_index(0).run()
         assert at.selectbox(key="lesson_name").options[0] == "0 · Anatomia de uma requisição"
         assert "Gabarito" in _texts(at) and at.button(key="lesson_compare").label == "Rodar a comparação desta aula"
+        # Lesson 0's comparison from the page: one `compare`, its measured ratio in the table.
+        at.button(key="lesson_compare").click().run(timeout=600)
+        assert not at.exception and not at.error, [e.value for e in at.exception] + [e.value for e in at.error]
+        done = at.session_state["lesson_compare_result"]
+        assert done["lesson"] == LESSONS[0].name and len(done["results"]) == 1
+        assert done["results"][0]["value"] is not None and len(at.dataframe) == 1
     finally:
         stop(proc)
 
