@@ -9,6 +9,9 @@ POLICIES = ("static", "continuous", "chunked")
 RUNNERS = ("sync", "async")
 KV_LAYOUTS = ("paged", "reserved")
 DTYPES = ("float32", "bfloat16", "float64")
+# Weight formats of the CPU float32 forward (engine/quant.py): the fp32 reference, the GGUF's own
+# Q4_1/Q8_0 blocks ("q4"), or Q8_0 throughout ("q8"). Not live: it changes the loaded weights.
+WEIGHTS = ("fp32", "q4", "q8")
 
 # What a presenter may change between steps, without reloading the model.
 LIVE_FIELDS = ("policy", "runner", "max_slots", "kv_layout", "kv_blocks", "chunk_budget", "fill_timeout_s",
@@ -40,6 +43,7 @@ class EngineConfig:
     seed: int = 0
     threads: int | None = None  # torch threads; None: torch's default (one per core)
     cpus: tuple[int, ...] | None = None  # cores the process computes on (see engine/cpu.py); None: all
+    weights: str = "fp32"  # see WEIGHTS; the serve/bench flags default to "q4" (6x fewer bytes a step)
     # CUDA only: replay captured graphs for decode-only steps (engine/cuda_exec.py); off runs every
     # step eagerly, so a lesson can compare. Not live: the graphs are captured at start.
     cuda_graphs: bool = True
@@ -58,6 +62,8 @@ class EngineConfig:
             raise UnknownMode(f"unknown device {self.device!r}; choose cpu or cuda")
         if self.dtype not in DTYPES:
             raise UnknownMode(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        if self.weights not in WEIGHTS:
+            raise UnknownMode(f"unknown weights {self.weights!r}; choose one of {', '.join(WEIGHTS)}")
         for name, lo, hi in (("max_slots", 1, 256), ("kv_blocks", 1, 1 << 20), ("block_size", 1, 1024),
                              ("chunk_budget", 1, 1 << 16), ("max_model_len", 2, 1 << 17)):
             value = getattr(self, name)

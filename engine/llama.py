@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.packed import packable, packed
+from engine.quant import build as build_quant
 from kernels.attention import decode_attention, prefill_attention
 
 
@@ -70,7 +71,7 @@ class KVCache:
 
 
 class LlamaForward:
-    def __init__(self, hf_model, max_len: int) -> None:
+    def __init__(self, hf_model, max_len: int, weights: str = "fp32") -> None:
         cfg = hf_model.config
         self.model = hf_model
         self.layers = hf_model.model.layers
@@ -86,7 +87,11 @@ class LlamaForward:
 
             self.triton_decode = paged_decode_attention if TRITON_AVAILABLE else None
         self.fast = packable(hf_model.lm_head.weight)
-        if self.fast:  # per layer: q, k, v, o, gate, up, down as packed callables
+        # Quantized projections (engine/quant.py): None on the fp32 reference path, and where the
+        # kernels cannot run (then ``weights`` says "fp32": what the forward really reads).
+        self.quant = build_quant(hf_model, weights) if weights != "fp32" else None
+        self.weights = self.quant.weights if self.quant is not None else "fp32"
+        if self.fast and self.quant is None:  # per layer: q, k, v, o, gate, up, down as packed callables
             self.packed_layers = [
                 tuple(packed(m) for m in (l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, l.self_attn.o_proj,
                                           l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj))
@@ -122,14 +127,19 @@ class LlamaForward:
         nd = batch.num_decode
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
-            if self.fast:
-                q_proj, k_proj, v_proj, o_proj, gate, up, down = self.packed_layers[i]
-            else:
-                q_proj, k_proj, v_proj, o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
             x = layer.input_layernorm(h)
-            q = q_proj(x).view(t, self.num_heads, self.head_dim)
-            k = k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-            v = v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+            if self.quant is not None:  # q, k, v in one product over the row-stacked weights
+                qkv, o_proj, gate_up, down = self.quant.layers[i]
+                q, k, v = qkv(x).split(self.quant.qkv_sizes, dim=1)
+            else:
+                if self.fast:
+                    q_proj, k_proj, v_proj, o_proj, gate, up, down = self.packed_layers[i]
+                else:
+                    q_proj, k_proj, v_proj, o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+                q, k, v = q_proj(x), k_proj(x), v_proj(x)
+            q = q.view(t, self.num_heads, self.head_dim)
+            k = k.view(t, self.num_kv_heads, self.head_dim)
+            v = v.view(t, self.num_kv_heads, self.head_dim)
             q = q * cos + self._rotate_half(q) * sin
             k = k * cos + self._rotate_half(k) * sin
             kc, vc = cache.k[i], cache.v[i]
@@ -147,7 +157,10 @@ class LlamaForward:
                 o = torch.cat(parts) if len(parts) > 1 else parts[0]
             h = h + o_proj(o.reshape(t, self.num_heads * self.head_dim))
             x = layer.post_attention_layernorm(h)
-            if self.fast:
+            if self.quant is not None:
+                g, u = gate_up(x).chunk(2, dim=1)  # [t, 2 * inter] -> two [t, inter] views
+                h = h + down(layer.mlp.act_fn(g) * u)
+            elif self.fast:
                 h = h + down(layer.mlp.act_fn(gate(x)) * up(x))
             else:
                 h = h + layer.mlp(x)
@@ -160,6 +173,8 @@ class LlamaForward:
         Packed when possible; otherwise, on the CPU, a few-row product streams it at ~7 GB/s when
         done whole and ~11 GB/s in 2048-row slices (17.9 -> 11.4 ms at 8 rows).
         """
+        if self.quant is not None:
+            return self.quant.head(h)
         if self.fast:
             return self.packed_head(h)
         head = self.model.lm_head

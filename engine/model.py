@@ -91,6 +91,8 @@ def load_model(name: str = "smollm2", dtype: str = "float32", seed: int = 0):
         return tiny_llama(seed, torch_dtype)
     if name == "smollm2":
         model, tok = _load_smollm2(torch_dtype)
+        # The quantized path (engine/quant.py) reads the file's own Q4_1/Q8_0 blocks from here.
+        model._fluxo_gguf = os.path.join(gguf_dir(), GGUF_FILE)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -15,7 +15,7 @@ class ModelRunner:
     def __init__(self, hf_model, config: EngineConfig) -> None:
         self.config = config
         self.block_size = config.block_size
-        self.forward_impl = LlamaForward(hf_model, config.max_model_len + 1)
+        self.forward_impl = LlamaForward(hf_model, config.max_model_len + 1, config.weights)
         # One block past the budget is scratch: static dead slots write their K/V there.
         self.cache: KVCache = self.forward_impl.new_cache(config.kv_blocks + 1, config.block_size)
 
