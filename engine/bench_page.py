@@ -156,7 +156,7 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
                     ctx = browser.new_context(viewport={"width": 1600, "height": 1400})
                     page = ctx.new_page()
                     page.goto(page_url, timeout=180_000)
-                    _fill_frame(page, "#fluxo-charts canvas, #fluxo-charts svg", 90)
+                    _fill_frame(page, "#fluxo-charts canvas, #fluxo-charts svg", 300)
                     time.sleep(5)  # the view is drawn and streaming
                 s0, c0, t0 = _cpu_seconds([page_pid]), _cpu_seconds(_chromium_pids()), time.time()
                 time.sleep(seconds)
@@ -201,7 +201,7 @@ def class_chat(browser, page_url: str, n: int) -> tuple[int, int]:
         ctx = browser.new_context(viewport={"width": 1280, "height": 1000})
         page = ctx.new_page()
         page.goto(page_url, timeout=180_000)
-        sessions.append((ctx, _fill_frame(page, "#fluxo-chat-input", 90)))
+        sessions.append((ctx, _fill_frame(page, "#fluxo-chat-input", 300)))
     for i, (_, frame) in enumerate(sessions):
         frame.fill("#fluxo-chat-input", f"Student {i + 1}: name one ocean.")
     for _, frame in sessions:  # as close to the same moment as one driver gets
@@ -225,7 +225,7 @@ def main(args: argparse.Namespace) -> Result:
     split = cpu.lab_split()
     eport, pport = _free_port(), _free_port()
     largs = lab.parse_args(["--model", "smollm2", "--host", "127.0.0.1", "--engine-port", str(eport),
-                            "--page-port", str(pport)])
+                            "--page-port", str(pport), "--device", args.device])
     engine, page, _, split = lab.start(largs, split)
     if split.pinned and split.page_cpus:  # this driver and its Chromium run where a local browser would
         cpu.pin_process(split.page_cpus)
