@@ -26,7 +26,7 @@ scale = p2.slider("workload scale", 0.05, 1.0, 0.25, 0.05, key="cmp_scale", disa
 workload, a_cfg, b_cfg = PRESETS[preset]
 st.caption(f"workload **{workload}** · A = `{a_cfg}` · B = `{b_cfg}`")
 if st.button("Run the comparison", key="cmp_run", type="primary", disabled=not presenter):
-    with st.spinner("Replaying the workload twice on the real engine…"):
+    with st.spinner("Replaying the workload twice on the real engine (the live engine is held meanwhile)…"):
         answer = ui.send(c, "compare", timeout=600, workload=workload, a=a_cfg, b=b_cfg, scale=scale)
     if answer is not None:
         st.session_state["cmp_result"] = answer

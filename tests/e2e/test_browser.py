@@ -195,7 +195,7 @@ def test_ten_sessions_chat_at_once(lab, browser):
     """Ten browser sessions, each its own engine client: the same moment's ten chats are all answered."""
     ws_url, http_url, probe = lab
     probe.request("traffic", action="stop")
-    contexts = [browser.new_context(viewport={"width": 1300, "height": 1400}) for _ in range(10)]
+    contexts = [browser.new_context(viewport={"width": 1000, "height": 900}) for _ in range(10)]
     try:
         frames = []
         for ctx in contexts:
