@@ -72,10 +72,6 @@ class LengthRequired(FluxoError):
     code = "length_required"
 
 
-class Loading(FluxoError):
-    code = "loading"
-
-
 class BadRequest(FluxoError):
     """The HTTP framing itself is wrong (request line, headers, Content-Length)."""
 
@@ -124,7 +120,6 @@ STATUS: dict[str, tuple[int, str]] = {
     "unsupported": (400, "invalid_request_error"),
     "length_required": (411, "invalid_request_error"),
     "bad_request": (400, "invalid_request_error"),
-    "loading": (503, "server_error"),
 }
 
 

@@ -19,7 +19,7 @@ from server_client import open_client, url, wait_idle
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.http_api import HttpApi
+from engine.http_api import HttpApi, StopCutter
 from engine.server import Limits, Server
 
 
@@ -318,6 +318,15 @@ def test_stop_strings_cut_the_text_before_them(http_serve):
     )
     assert streamed == cut
     idle_and_free(server)  # the engine's request was cancelled at the stop
+
+
+def test_stop_cutter_holds_back_a_possible_stop_prefix_across_deltas():
+    cut = StopCutter(["lo w", "END"])
+    assert [cut.feed(d) for d in ("Hel", "l", "o", " wor")] == ["He", "l", "", ""]  # "Hel" in all
+    assert cut.stopped
+    cut = StopCutter(["xyz"])
+    assert [cut.feed(d) for d in ("ax", "yb", "x")] == ["a", "xyb", ""] and cut.flush() == "x"
+    assert not cut.stopped and StopCutter([]).feed("abc") == "abc"
 
 
 def metrics(port: int) -> dict[str, dict]:
