@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--token", default=os.environ.get("FLUXO_TOKEN"), help="presenter token (or FLUXO_TOKEN)")
     ap.add_argument("--model", default="smollm2", help="smollm2 (bundled), tiny (random, for tests) or a local checkpoint dir")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--weights", choices=("fp32", "q4", "q8"), default=None,
+                    help="CPU weight format: the GGUF's Q4_1/Q8_0 blocks (q4; the default for smollm2), "
+                         "Q8_0 (q8) or the fp32 reference (the default for other models); the state "
+                         "reports what the forward reads")
     ap.add_argument("--device", default=os.environ.get("FLUXO_DEVICE", "cpu"),
                     help="cpu or cuda (or FLUXO_DEVICE); cuda without a GPU is an error, never a silent CPU run")
     ap.add_argument("--policy", default="continuous")
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         token = secrets.token_urlsafe(12)
         print(f"presenter token (bound to {args.host}, control needs it): {token}", flush=True)
-    config = EngineConfig(threads=args.threads, cpus=cpu.parse(args.cpus), device=args.device, model=args.model, dtype=args.dtype, policy=args.policy, runner=args.runner, max_slots=args.slots,
+    config = EngineConfig(threads=args.threads, cpus=cpu.parse(args.cpus), device=args.device, model=args.model, dtype=args.dtype, weights=args.weights or ("q4" if args.model == "smollm2" else "fp32"), policy=args.policy, runner=args.runner, max_slots=args.slots,
                           kv_blocks=args.kv_blocks, kv_layout=args.kv_layout, chunk_budget=args.chunk_budget)
     try:
         engine = Engine(config, max_telemetry_steps=args.history, max_telemetry_requests=args.history)

@@ -331,7 +331,10 @@ class Server:
                 "wall_offset": self._wall_offset, "subscribers": sum(c.subscribed for c in self.conns),
                 # Where the forward runs (the GPU's or CPU's name) and whether decode steps replay CUDA graphs.
                 "device": self.engine.config.device, "device_name": device_name(self.engine.config.device),
-                "cuda_graphs": bool(getattr(self.engine, "cuda", None) and self.engine.cuda.graphs_on)}
+                "cuda_graphs": bool(getattr(self.engine, "cuda", None) and self.engine.cuda.graphs_on),
+                # The weight format the forward really reads (engine/quant.py): "fp32", "q4" or "q8";
+                # "fp32" also where q4/q8 was asked for but the quantized kernels cannot run here.
+                "weights": getattr(getattr(self.engine.runner, "forward_impl", None), "weights", "fp32")}
 
     def broadcast_state(self) -> None:
         for conn in list(self.conns):

@@ -1,0 +1,135 @@
+"""Quantized CPU weights (engine/quant.py, kernels/cpu_quant.py) and the roofline's model.
+
+The kernels against a pure-torch dequantized reference; SmolLM2's Q4_1/Q8_0 blocks reproduced
+bit for bit from the GGUF; q4 greedy answers against fp32 on SmolLM2; the roofline's arithmetic.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import quant, roofline
+from engine.accuracy import agreement
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.errors import UnknownMode
+from kernels import cpu_quant
+
+needs_kernels = pytest.mark.skipif(not cpu_quant.available(), reason=f"{cpu_quant.unavailable_reason()}")
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_quantize_error_is_within_half_a_step(fmt):
+    torch.manual_seed(0)
+    w = torch.randn(48, 96)
+    blocks = quant.quantize(w, fmt)
+    assert blocks.shape == (48, 96 // 32 * cpu_quant.BYTES[fmt])
+    back = quant.dequantize_ref(blocks, fmt, 96)
+    step = (w.view(48, 3, 32).amax(-1) - w.view(48, 3, 32).amin(-1)) / 15 if fmt == "q4_1" \
+        else w.view(48, 3, 32).abs().amax(-1) / 127  # [48, 3] quantization step per block
+    err = (back - w).abs().view(48, 3, 32).amax(-1)
+    assert (err <= step * 0.5 + 2e-3 * step + 1e-6).all()  # half a step, plus fp16 scale rounding
+
+
+@needs_kernels
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 8, 33])
+def test_kernel_matmul_equals_dequantized_fp32_product(fmt, rows):
+    torch.manual_seed(rows)
+    w = torch.randn(200, 576) * 0.05
+    blocks = quant.quantize(w, fmt)
+    ref_w = quant.dequantize_ref(blocks, fmt, 576).double()
+    x = torch.randn(rows, 576)
+    got = cpu_quant.matmul(x, blocks, fmt)
+    want = (x.double() @ ref_w.T).float()
+    assert got.shape == (rows, 200)
+    # fp32 sums of 576 products of size ~0.1: differences are summation order only
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-5)
+    # the kernel's own dequantization is the reference's up to one fused multiply-add rounding
+    torch.testing.assert_close(cpu_quant.dequantize(blocks, fmt, 576), ref_w.float(), rtol=1e-6, atol=1e-7)
+
+
+@needs_kernels
+def test_quant_linear_dequantizes_for_long_prefills():
+    torch.manual_seed(1)
+    w = quant.QuantWeight("q4_1", quant.quantize(torch.randn(64, 128), "q4_1"), 128, False)
+    lin = quant.QuantLinear(w)
+    ref = quant.dequantize_ref(w.blocks, "q4_1", 128)
+    for rows in (4, quant.DEQUANT_ABOVE_ROWS + 5):  # kernel path, then dequantize + GEMM
+        x = torch.randn(rows, 128)
+        torch.testing.assert_close(lin(x), x @ ref.T, rtol=0, atol=3e-5)
+
+
+def test_kernel_rejects_blocks_of_the_wrong_width():
+    with pytest.raises(ValueError):
+        cpu_quant._check(torch.zeros(4, 30, dtype=torch.uint8), "q4_1", 64)
+
+
+def test_smollm2_gguf_blocks_reproduce_the_loaded_weights_bit_for_bit(smollm2):
+    model, _ = smollm2
+    blocks = quant.gguf_blocks(model._fluxo_gguf, model.config)
+    assert len(blocks) == 7 * model.config.num_hidden_layers + 1
+    mods = dict(model.named_modules())
+    for name in ["lm_head"] + [f"model.layers.0.{m}" for m in quant.GGUF_NAMES.values()] \
+            + ["model.layers.29.self_attn.q_proj", "model.layers.29.self_attn.k_proj"]:
+        fmt, b = blocks[name]
+        w = mods[name].weight.detach()
+        assert fmt == ("q8_0" if name == "lm_head" else "q4_1")
+        assert torch.equal(quant.dequantize_ref(b, fmt, w.shape[1]), w), name
+    # the q rows really are reordered from the file's (a no-op permutation would make this vacuous)
+    raw = quant._gguf_tensors(model._fluxo_gguf)["blk.0.attn_q.weight"]
+    assert raw[0] == 3 and raw[1] == [576, 576]
+    q = blocks["model.layers.0.self_attn.q_proj"][1]
+    assert not torch.equal(quant._unpermute_rows(q, model.config.num_attention_heads), q)
+
+
+@needs_kernels
+def test_smollm2_q4_greedy_agrees_with_fp32(smollm2):
+    """Measured (2026-11-30): 4/4 answers identical over 16 tokens each (agreement 1.0): q4 is
+    the same function as fp32 up to summation order, as the GGUF's blocks are the fp32 weights."""
+    model, tok = smollm2
+    prompts = ["What is the capital of France?", "Write a haiku about the sea.",
+               "Name five planets of the solar system.", "How do I boil an egg?"]
+    answers = {}
+    for w in ("fp32", "q4"):
+        engine = Engine(EngineConfig(weights=w, max_slots=4), model=model, tokenizer=tok)
+        assert engine.runner.forward_impl.weights == w
+        handles = [engine.submit(prompt=p, max_new_tokens=16, ignore_eos=True) for p in prompts]
+        engine.run_until_idle()
+        answers[w] = [list(h.token_ids) for h in handles]
+    agree = agreement(answers["fp32"], answers["q4"])
+    assert agree["token_agreement"] >= 0.9, agree
+    assert agree["identical_answers"] >= 3, agree
+
+
+def test_unknown_weights_is_a_coded_error():
+    with pytest.raises(UnknownMode):
+        EngineConfig(weights="q3")
+
+
+def test_agreement_counts_tokens_before_the_first_difference():
+    got = agreement([[1, 2, 3, 4], [5, 6]], [[1, 2, 9, 4], [5, 6]])
+    assert got == {"token_agreement": 4 / 6, "identical_answers": 1, "answers": 2}
+
+
+# -- the roofline's model -----------------------------------------------------------------------------
+SHAPE = roofline.Shape(weight_params=1000, weight_bytes=4000, layers=2, kv_heads=1, heads=2, head_dim=4,
+                       kv_itemsize=4)
+
+
+def test_step_bytes_read_weights_once_and_kv_per_row():
+    assert roofline.step_bytes(SHAPE, 1, 10) == 4000 + 1 * 10 * 2 * 2 * 1 * 4 * 4
+    assert roofline.step_bytes(SHAPE, 8, 10) - roofline.step_bytes(SHAPE, 4, 10) == 4 * 10 * 2 * 2 * 4 * 4
+
+
+def test_step_flops_and_the_compute_bound_row_count():
+    assert roofline.step_flops(SHAPE, 2, 10) == 2 * 2 * 1000 + 4 * 2 * 10 * 2 * 2 * 4
+    # intensity at r rows ~ 2 r 1000 / 4000 = r / 2 flop/byte (plus attention); balance 3 -> 8 rows
+    assert roofline.compute_bound_rows(SHAPE, 0, bandwidth_gbs=10.0, gflops=30.0) == 8
+    assert roofline.compute_bound_rows(SHAPE, 0, bandwidth_gbs=10.0, gflops=1e6) is None
+    assert roofline.roofline_ms(4000, 2000, bandwidth_gbs=1.0, gflops=1.0) == pytest.approx(0.004)
+
+
+def test_knee_rows_is_the_first_step_costing_half_again_the_single_row_one():
+    assert roofline.knee_rows([1, 2, 4, 8], [10.0, 10.5, 14.0, 16.0]) == 8
+    assert roofline.knee_rows([1, 2], [10.0, 11.0]) is None
