@@ -76,6 +76,7 @@ def page_setup(title: str, caption: str) -> tuple[EngineClient, bool]:
             st.caption(c.error)
         if c.hello:
             st.caption(f"model {c.hello.get('model', '?')} · server {c.hello.get('version', '?')}")
+            st.caption(f"device {c.hello.get('device', '?')} · {c.hello.get('device_name', '?')}")
         locked = exposed() and not os.environ.get("FLUXO_TOKEN")
         if locked:
             st.caption("This page listens beyond loopback and holds no FLUXO_TOKEN: the controls are off for "

@@ -96,7 +96,9 @@ def _decode_steps(engine: Engine, new_tokens: int = 64) -> list[float]:
 
 
 def server(model, tok) -> Result:
-    engine = Engine(EngineConfig(max_slots=32, kv_blocks=1024), model=model, tokenizer=tok, max_telemetry_steps=20_000)
+    on = next(model.parameters()).device.type  # --device: the model was moved there
+    engine = Engine(EngineConfig(max_slots=32, kv_blocks=1024, device=on), model=model, tokenizer=tok,
+                    max_telemetry_steps=20_000)
     srv = Server(engine, "127.0.0.1", 0, None, Limits(queue_limit=1024, max_requests_per_s=1000))
     _, stop = srv.run_in_thread()
     url = f"ws://127.0.0.1:{srv.port}"

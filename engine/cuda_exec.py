@@ -388,6 +388,16 @@ class CudaExecutor:
                 "eager_steps": self.eager}
 
 
+def check_device(device: str) -> None:
+    """``cuda`` without a GPU is a coded error at start (the engine raises the same), never a
+    silent CPU run; for the commands that move the model before any engine exists."""
+    if device == "cuda" and not torch.cuda.is_available():
+        from engine.errors import DeviceUnavailable
+
+        raise DeviceUnavailable("device 'cuda' was asked for, but torch sees no CUDA device on this machine "
+                                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
+
+
 @functools.lru_cache(maxsize=4)
 def device_name(device: str) -> str:
     """What the page shows beside the device: the GPU's name, or the CPU model."""

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 from engine import device
+from engine.cuda_exec import check_device
+from engine.errors import DeviceUnavailable
 from engine.replay import warm_up
 from engine.model import load_model
 from engine.scenario import Result, lesson_dir, lesson_dirs, load, run_lesson
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", action="store_true",
                     help="keep this run in the lesson's measured.json (short and full apart) and refresh the "
                          "measured tables of its teacher notes")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default=os.environ.get("FLUXO_DEVICE", "cpu"),
+                    help="cpu or cuda (or FLUXO_DEVICE); cuda without a GPU is an error, never a silent CPU run")
     args = ap.parse_args(argv)
     if args.list or args.number is None:
         for p in lesson_dirs():
@@ -105,8 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     path = lesson_dir(args.number)
     scenario = load(path / "scenario.toml")
+    try:
+        check_device(args.device)
+    except DeviceUnavailable as exc:
+        raise SystemExit(f"error [{exc.code}]: {exc.message}") from None
     model, tok = device.run(load_model, "smollm2", "float32")
-    warm_up(model, tok)  # the first engine of a process pays one-off costs no lesson should measure
+    model = model.to(args.device)  # the scenario's engines run where the model is
+    warm_up(model, tok, args.device)  # the first engine of a process pays one-off costs no lesson should measure
     t = time.perf_counter()
     result = run_lesson(model, tok, scenario, short=args.short)
     title = f"lesson {args.number}: {scenario['lesson']['title_en']}{' (short)' if args.short else ''}"

@@ -197,3 +197,15 @@ def test_server_hello_and_state_name_the_device(make_tiny_engine):
     assert msg["device"] == msg["state"]["device"] == "cpu"
     assert msg["device_name"] == msg["state"]["device_name"] == device_name("cpu") != ""
     assert msg["state"]["cuda_graphs"] is False  # no graphs on the CPU, whatever the setting
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.parametrize("command", [["engine.lesson", "1"], ["engine.bench", "batching"]])
+def test_lesson_and_bench_refuse_cuda_without_a_gpu(command):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-m", *command, "--device", "cuda"], capture_output=True, text=True,
+                         timeout=180, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 1 and "device_unavailable" in out.stderr and "cuda" in out.stderr, out.stderr[-500:]
