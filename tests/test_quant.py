@@ -133,3 +133,20 @@ def test_step_flops_and_the_compute_bound_row_count():
 def test_knee_rows_is_the_first_step_costing_half_again_the_single_row_one():
     assert roofline.knee_rows([1, 2, 4, 8], [10.0, 10.5, 14.0, 16.0]) == 8
     assert roofline.knee_rows([1, 2], [10.0, 11.0]) is None
+
+
+def test_roofline_chart_spec_is_valid_vega_lite_with_every_measured_point():
+    from app.charts import as_altair
+    from app.roofline_chart import roofline_rows, roofline_spec
+
+    points = [{"rows": r, "step_ms": 10.0 + r, "step_ms_min": 9.0 + r, "step_ms_max": 12.0 + r,
+               "bytes_per_step": 96_000_000, "achieved_gbs": 9.6, "fraction_of_bandwidth": 0.5,
+               "roofline_ms": 5.0} for r in (1, 8)]
+    result = {"machine": {"bandwidth": {"read_gbs": 19.2}}, "formats": {"fp32": {"points": points},
+                                                                         "q4": {"points": points}}}
+    rows = roofline_rows(result)
+    assert len(rows) == 2 * 2 * 2  # formats x row counts x (measured, bound)
+    assert {r["ms"] for r in rows if r["series"] == "measured"} == {11.0, 18.0}
+    spec = roofline_spec(result)
+    as_altair(spec)  # raises if the spec does not validate against the Vega-Lite schema
+    assert spec["hconcat"][1]["title"].endswith("(19.2 GB/s)")
