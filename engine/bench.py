@@ -28,12 +28,14 @@ from engine.workloads import CHAT_PROMPTS, WorkItem, batching_workload, long_pro
 Result = dict[str, Any]
 DEVICE = "cpu"  # set by --device; every engine of a run uses it
 GRAPHS = True  # --cuda-graphs on|off: decode steps replay CUDA graphs (engine/cuda_exec.py); CPU: no effect
+WEIGHTS = "fp32"  # --weights fp32|q4|q8: CPU weight format of the engines run() builds (engine/quant.py)
 
 
 def run(model, tok, items: list[WorkItem], **kwargs: Any) -> tuple[Result, Engine]:
     """``replay.run`` on this run's device (``--device``)."""
     kwargs.setdefault("device", DEVICE)
     kwargs.setdefault("cuda_graphs", GRAPHS)
+    kwargs.setdefault("weights", WEIGHTS)
     return replay.run(model, tok, items, **kwargs)
 
 
@@ -137,7 +139,30 @@ def peer(model, tok, slots: int = 8, ours: Result | None = None) -> Result:
         "ours_over_hf_cb": ours["runs"]["continuous"]["throughput"] / hc["tokens_per_s"],
         "ours_static_over_hf_static": ours["runs"]["static"]["throughput"] / hs["tokens_per_s"],
     }
+    llama_cpp(model, tok, slots, ours, out)
     return out
+
+
+def llama_cpp(model, tok, slots: int, ours: Result, out: Result) -> None:
+    """llama.cpp's server (``-np slots``, 2 threads) on the same GGUF and workload, and
+    ``llama-bench`` tg64 against our one-stream decode (1 / median ITL of a 64-token answer);
+    skipped, and said so, where no llama.cpp build is present (scripts/build_llama_cpp.sh)."""
+    from engine import peer_llama_cpp
+
+    lc = peer_llama_cpp.peer((model, tok), batching_workload(), slots)
+    out["llama_cpp"] = lc
+    if "skipped" in lc:
+        print(f"llama.cpp skipped: {lc['skipped']}", flush=True)
+        return
+    srv = lc["server"]
+    out["runs"]["llama_cpp_server"] = {"throughput": srv["tokens_per_s"], "useful_tokens": srv["useful_tokens"],
+                                       "wall_s": srv["wall_s"]}
+    one, _ = run(model, tok, [WorkItem(CHAT_PROMPTS[0], 64)], max_slots=1)
+    out["runs"]["ours_one_stream"] = {"throughput": 1 / one["itl_p50"], "itl_p50": one["itl_p50"]}
+    out["runs"]["llama_bench_tg64"] = {"throughput": lc["bench"].get("tg64_tokens_per_s")}
+    out["ratios"]["ours_over_llama_cpp_server"] = ours["runs"]["continuous"]["throughput"] / srv["tokens_per_s"]
+    if lc["bench"].get("tg64_tokens_per_s"):
+        out["ratios"]["ours_one_stream_over_llama_bench_tg"] = (1 / one["itl_p50"]) / lc["bench"]["tg64_tokens_per_s"]
 
 
 def _peer_dict(r: Result) -> Result:
@@ -242,8 +267,20 @@ def prefix(model, tok) -> Result:
     return bench_prefix(model, tok, run)
 
 
+def roofline(model, tok) -> Result:
+    from engine.roofline import roofline as run_roofline  # its own module: roofs, decode steps, model
+
+    return run_roofline(model, tok)
+
+
+def accuracy(model, tok) -> Result:
+    from engine.accuracy import accuracy as run_accuracy  # perplexity and greedy agreement per format
+
+    return run_accuracy(model, tok)
+
+
 SCENARIOS = {"batching": batching, "stall": stall, "memory": memory, "peer": peer, "dtype": dtype, "overlap": overlap,
-             "server": server, "prefix": prefix}
+             "server": server, "prefix": prefix, "roofline": roofline, "accuracy": accuracy}
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -289,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="cuda: replay captured graphs for decode-only steps (off: every step eager)")
     ap.add_argument("--seconds", type=float, default=20.0, help="page: seconds per measured phase")
     ap.add_argument("--reps", type=int, default=2, help="page: A/B repetitions")
+    ap.add_argument("--weights", choices=("fp32", "q4", "q8"), default="q4",
+                    help="CPU weight format of the engines (roofline and accuracy measure all three)")
     args = ap.parse_args(argv)
     if args.scenario == "page":  # the lab runs in its own processes: no model in this one
         from engine import bench_page
@@ -302,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     global DEVICE, GRAPHS
     DEVICE, GRAPHS = args.device, args.cuda_graphs == "on"
+    global WEIGHTS
+    WEIGHTS = args.weights
     try:
         check_device(DEVICE)
     except DeviceUnavailable as exc:
@@ -318,7 +359,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             results[name] = SCENARIOS[name](model, tok)
         results[name]["bench_s"] = time.perf_counter() - t
-        print(table(name, results[name]), flush=True)
+        if name in ("roofline", "accuracy"):  # tables of their own (roofs and points; perplexities)
+            import importlib
+
+            own = importlib.import_module(f"engine.{name}").table
+            print(f"== {name} ==\n" + own(results[name]), flush=True)
+        else:
+            print(table(name, results[name]), flush=True)
     ratios = {k: v for r in results.values() for k, v in r.get("ratios", {}).items()}
     doc = {"machine": machine(), "ratios": ratios, "scenarios": results}
     if args.json:
