@@ -28,9 +28,11 @@ from kernels import cpu_quant
 
 WEIGHTS = ("fp32", "q4", "q8")
 QK = cpu_quant.QK
-# Above this many rows a product dequantizes the weight to fp32 and runs one oneDNN GEMM instead
-# (prefill): the block kernel re-expands each block per 4 rows and stops paying off; measured
-# crossover on the 2-core AVX2 EPYC: see the table in BENCH_NOTE below.
+# Above this many rows a product dequantizes the weight to fp32 and runs one GEMM instead
+# (prefill): the block kernel re-expands each block per 4 rows and stops paying off. At 32 rows
+# it was still 1.1-1.3x oneDNN's time on cache-resident matrices and 2.7x on the lm head (the
+# table in kernels/cpu_quant.py); 48 keeps decode batches of up to 48 rows on the 5-6x smaller
+# reads. A guess between measured points, not a measured crossover.
 DEQUANT_ABOVE_ROWS = 48
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
