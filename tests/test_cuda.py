@@ -55,16 +55,24 @@ def test_tiny_greedy_matches_cpu_sync_and_async_graphs_on_and_off(tiny):
     assert all(v == outs[("cpu", "sync", False)] for v in outs.values()), outs
 
 
-@pytest.mark.parametrize("runner,graphs", MODES)
-def test_smollm2_greedy_equals_transformers_and_cpu(smollm2, smollm2_cuda, runner, graphs):
+@pytest.fixture(scope="module")
+def references(smollm2, smollm2_cuda):
+    """transformers' generate on the GPU, one prompt at a time, greedy; and the CPU engine's tokens."""
     model, tok = smollm2_cuda
-    ref = []
+    hf = []
     with torch.inference_mode():
         for p, n in zip(PROMPTS, MAX_NEW):
             ids = torch.tensor([chat_ids(tok, [{"role": "user", "content": p}])], device="cuda")
             gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False)
-            ref.append(gen[0, ids.shape[1]:].tolist())
+            hf.append(gen[0, ids.shape[1]:].tolist())
     cpu = _tokens(Engine(EngineConfig(kv_blocks=128), model=smollm2[0], tokenizer=tok), PROMPTS, MAX_NEW)
+    return hf, cpu
+
+
+@pytest.mark.parametrize("runner,graphs", MODES)
+def test_smollm2_greedy_equals_transformers_and_cpu(smollm2_cuda, references, runner, graphs):
+    model, tok = smollm2_cuda
+    ref, cpu = references
     gpu = _tokens(Engine(EngineConfig(kv_blocks=128, device="cuda", runner=runner, cuda_graphs=graphs),
                          model=model, tokenizer=tok), PROMPTS, MAX_NEW)
     assert gpu == ref
