@@ -607,20 +607,10 @@ class _Peer:
     websocket connection."""
 
     open: int = 0
-    bucket: float = -1.0  # starts full
-    bucket_t: float = field(default_factory=time.monotonic)
+    bucket: protocol.TokenBucket = field(default_factory=protocol.TokenBucket)
 
     def take(self, rate: float) -> bool:
-        now = time.monotonic()
-        burst = max(1.0, 2 * rate)
-        if self.bucket < 0:
-            self.bucket = burst
-        self.bucket = min(burst, self.bucket + (now - self.bucket_t) * rate)
-        self.bucket_t = now
-        if self.bucket < 1:
-            return False
-        self.bucket -= 1
-        return True
+        return self.bucket.take(rate)
 
 
 # -- the API ---------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import FluxoError
@@ -188,3 +189,24 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """Requests/s per client (websocket connection or HTTP peer): a bucket of ``2 x rate`` tokens
+    (at least 1), full at first, refilled at ``rate`` tokens a second."""
+
+    tokens: float = -1.0  # -1: full on first use
+    t: float = field(default_factory=time.monotonic)
+
+    def take(self, rate: float) -> bool:
+        now = time.monotonic()
+        burst = max(1.0, 2 * rate)
+        if self.tokens < 0:
+            self.tokens = burst
+        self.tokens = min(burst, self.tokens + (now - self.t) * rate)
+        self.t = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True

@@ -72,8 +72,7 @@ class Connection:
     tele: deque[tuple[str, str]] = field(default_factory=deque)
     skipped: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    bucket: float = -1.0  # starts full (see take_request_token)
-    bucket_t: float = field(default_factory=time.monotonic)
+    bucket: protocol.TokenBucket = field(default_factory=protocol.TokenBucket)
     errors: deque[float] = field(default_factory=deque)
     closed: bool = False
 
@@ -101,17 +100,7 @@ class Connection:
         self.wake.set()
 
     def take_request_token(self) -> bool:
-        rate = self.limits.max_requests_per_s
-        now = time.monotonic()
-        burst = max(1.0, 2 * rate)
-        if self.bucket < 0:
-            self.bucket = burst
-        self.bucket = min(burst, self.bucket + (now - self.bucket_t) * rate)
-        self.bucket_t = now
-        if self.bucket < 1:
-            return False
-        self.bucket -= 1
-        return True
+        return self.bucket.take(self.limits.max_requests_per_s)
 
     def count_error(self) -> bool:
         """Record an error; True when the client has crossed the abuse line."""
