@@ -271,6 +271,16 @@ class CudaExecutor:
         pool's memory); on the device thread, with the compute stream idle."""
         if self._cache is not self.runner.cache:
             self._reset_graphs()
+        # The warm-up forwards really run: every static row must be padding (scratch slot only),
+        # not the last step's rows, whose slots may belong to other sequences by now. On the
+        # compute stream, after any replay still reading the buffers.
+        cache = self.runner.cache
+        clean = padding(max(GRAPH_SIZES), self.width, cache.scratch_slot, self.block_size, self.device)
+        self.compute.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.compute):
+            fill_static(self._static, clean)
+        for t in clean.tensors().values():  # made on this thread's stream, read on compute
+            t.record_stream(self.compute)
         for size in sorted(sizes, reverse=True):
             if size not in self.graphs:
                 self.graphs[size] = self._capture(size)
