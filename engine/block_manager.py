@@ -196,6 +196,19 @@ class BlockManager:
             parent = key
         return blocks, keys
 
+    def keys_ahead(self, seq: Sequence, keys: list[int], upto: int) -> list[int]:
+        """Keys of ``seq``'s full blocks after the first ``len(keys)`` (whose keys those are), up to
+        token ``upto``, stopping at a placeholder: the blocks a step is about to compute."""
+        bs, out = self.block_size, []
+        parent = keys[-1] if keys else ROOT
+        for i in range(len(keys), upto // bs):
+            tokens = tuple(seq.tokens(i * bs, (i + 1) * bs))
+            if PLACEHOLDER in tokens:
+                break
+            parent = block_key(parent, tokens)
+            out.append(parent)
+        return out
+
     def can_admit(self, hits: list[int], num_tokens: int) -> bool:
         """Room for a sequence that takes ``hits`` from the cache and needs ``num_tokens`` slots.
         A hit that is cached (free) costs a block of the budget; one already referenced costs none."""

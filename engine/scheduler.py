@@ -42,6 +42,11 @@ class Scheduler:
         self.running: list[Sequence] = []  # admission order; includes static dead slots
         self.batch_open = False  # static: a batch is in flight
         self._tick = 0
+        # Prefix cache: keys of full blocks the last scheduled step computes (findable once it has
+        # finished), and those of this step so far. A flowing admission whose next block is among
+        # them waits a step and takes it from the cache instead of computing it a second time.
+        self._computing: set[int] = set()
+        self._pending: set[int] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -92,6 +97,7 @@ class Scheduler:
         if self.blocks.caching != self.config.prefix_cache:  # a live switch: off forgets every key
             self.blocks.set_caching(self.config.prefix_cache)
         batch = ScheduledBatch()
+        self._pending = {k for k in self._computing if k not in self.blocks._by_key} if self.blocks.caching else set()
         if self.config.policy == "static":
             self._schedule_static(batch, now)
         else:
@@ -100,6 +106,9 @@ class Scheduler:
         for seq, n in batch.items:
             seq.computed_prompt_tokens += max(0, min(n, seq.prefill_end - seq.num_cached))
             batch.spans.append((seq, seq.block_table, seq.num_cached + n))
+        if self.blocks.caching:
+            self._computing = {k for seq, n in batch.items if n > 1
+                               for k in self.blocks.keys_ahead(seq, seq.block_keys, seq.num_cached + n)}
         return batch
 
     def on_computed(self, batch: ScheduledBatch) -> None:
@@ -136,6 +145,11 @@ class Scheduler:
         """Try to admit the head of the queue with ``chunk`` prefill tokens (None = all of them)."""
         seq = self.waiting[0]
         hits, keys = self.blocks.match(seq)
+        if self.config.policy != "static" and self._pending:
+            # Its next block is being computed by a step in flight or by this one: wait a step.
+            ahead = self.blocks.keys_ahead(seq, keys, min(seq.num_tokens - 1, (len(keys) + 1) * self.blocks.block_size))
+            if ahead and ahead[0] in self._pending:
+                return False
         cached = len(hits) * self.blocks.block_size
         pending = seq.num_tokens - cached
         n = pending if chunk is None else min(chunk, pending)
@@ -148,6 +162,8 @@ class Scheduler:
         seq.cached_tokens += cached
         seq.prefill_end = seq.num_tokens
         batch.cached[seq.id] = cached
+        if self.blocks.caching and self.config.policy != "static":
+            self._pending.update(self.blocks.keys_ahead(seq, keys, cached + n))
         seq.slot = self._free_slot()
         seq.status = Status.RUNNING
         self.running.append(seq)

@@ -433,3 +433,19 @@ def test_async_never_registers_a_placeholder(make_tiny_engine, tiny):
     engine.run_until_idle()
     assert engine.telemetry.requests[b.id]["cached_tokens"] == 8
     assert b.token_ids == reference(model, prompt + out[:2])[:3]
+
+
+@pytest.mark.parametrize("runner", ["sync", "async"])
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_same_prefix_arriving_together_is_computed_once(make_tiny_engine, tiny, runner, policy):
+    """Three requests with one prefix queued at once: the first computes it, the others wait for it
+    (a step, or the chunks it takes) and take it from the cache instead of computing it again."""
+    model, _ = tiny
+    engine = make_tiny_engine(runner=runner, policy=policy, chunk_budget=8)
+    prompts = [DOC + [1 + i] for i in range(3)]
+    handles = [engine.submit(token_ids=p, max_new_tokens=4, ignore_eos=True) for p in prompts]
+    engine.run_until_idle()
+    cached = [engine.telemetry.requests[h.id]["cached_tokens"] for h in handles]
+    assert cached == [0, 24, 24], cached
+    for h, p in zip(handles, prompts):
+        assert h.token_ids == reference(model, p)[:4]
