@@ -24,7 +24,7 @@ h3, h3 * { font-size: 1.4rem !important; font-weight: 600 !important; }
 </style>
 """
 STATUS_ICON = {"connected": ":green[●]", "connecting": ":orange[●]", "disconnected": ":red[●]"}
-LIVE = ("policy", "runner", "kv_layout", "max_slots", "chunk_budget", "kv_blocks")
+LIVE = ("policy", "runner", "kv_layout", "max_slots", "chunk_budget", "kv_blocks", "prefix_cache")
 CHOICES = {"policy": ("static", "continuous", "chunked"), "runner": ("sync", "async"), "kv_layout": ("reserved", "paged")}
 
 
@@ -133,6 +133,8 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
                 st.number_input("chunk budget (tokens)", 8, 4096, step=8, **kw)
             elif name == "kv_blocks":
                 st.number_input("KV blocks", 4, 1 << 16, step=16, **kw)
+            elif name == "prefix_cache":
+                st.toggle("prefix cache", help="reuse the KV blocks of prompt prefixes already computed", **kw)
 
 
 def _fmt(v: float, unit: str = "", scale: float = 1.0, digits: int = 1) -> str:

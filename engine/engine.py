@@ -97,6 +97,7 @@ class Engine:
         self._inflight: _Work | None = None
         self.cost_model = CostModel()
         self._calibrating = False
+        self._calibrations = 0
 
     def _eos_ids(self) -> set[int]:
         eos = getattr(self.model.generation_config, "eos_token_id", None) or self.tokenizer.eos_token_id
@@ -491,11 +492,14 @@ class Engine:
         try:
             for n, length in rounds:
                 ids = (base * (length // len(base) + 1))[:min(length, self.config.max_model_len - 8)]
-                for _ in range(n):
-                    try:
-                        self.submit(token_ids=ids, max_new_tokens=6, ignore_eos=True, client="calibration")
+                for i in range(n):
+                    try:  # a different first token each: no prompt shares a cached prefix with another
+                        first = (self._calibrations + i) % max(1, len(base))
+                        self.submit(token_ids=[base[first]] + [7 + i] + ids[2:], max_new_tokens=6,
+                                    ignore_eos=True, client="calibration")
                     except FluxoError:  # a small KV budget or context: skip the sizes that cannot fit
                         break
+                self._calibrations += n
                 self.run_until_idle()
         finally:
             self._calibrating = False
