@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup lab demo test bench clean
+.PHONY: setup lab demo test test-lessons bench clean
 
 setup: $(VENV)/.installed
 
@@ -23,6 +23,9 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q -rs tests
+
+test-lessons: setup  # every lesson's claims, including those not yet settled on a quiet machine
+	FLUXO_LESSON_CLAIMS=all $(PY) -m pytest -q -rs tests/lessons
 
 bench: setup
 	$(PY) -m engine.bench all --json bench-results/all.json

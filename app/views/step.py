@@ -82,8 +82,11 @@ with right:
     why_admit = {"static": "a new static batch formed (slots filled or the fill timeout passed)",
                  "continuous": "a slot and its prompt's KV were free, so it entered and its whole prompt was prefilled",
                  "chunked": "a slot was free; its prompt is prefilled in chunks within the step's token budget"}
+    cached = {int(k): v for k, v in (rec.get("admitted_cached") or {}).items()}  # JSON keys are strings
     for rid in rec["admitted"]:
-        st.success(f"admitted #{rid}: {why_admit.get(rec['policy'], '')}")
+        cheap = (f"; {cached[rid]} of its prompt tokens came from the prefix cache (blocks another request "
+                 "already computed), so this step prefilled only the rest") if cached.get(rid) else ""
+        st.success(f"admitted #{rid}: {why_admit.get(rec['policy'], '')}{cheap}")
     for rid in rec["finished"]:
         r = by_id.get(rid, {})
         why = r.get("status", "ended")
