@@ -141,6 +141,7 @@ class Server:
         self.traffic_stats = {"sent": 0, "dropped": 0}
         self._traffic_task: asyncio.Task | None = None
         self._compare_running = False
+        self._compare_task: asyncio.Task | None = None  # the comparison in progress (a reference keeps it alive)
         self._ids = 0
         self._pending: list[tuple] = []
         self._pending_lock = threading.Lock()
@@ -538,20 +539,33 @@ class Server:
         # A comparison never shares the device with live work: the live engine is paused (its
         # step in progress ends first) and the traffic generator holds its arrivals until the
         # replays are done; people's chats are queued meanwhile (state.comparing says why).
+        # It runs as a task of its own, so this connection's other messages are answered meanwhile.
         self._compare_running = True
-        was_paused = self.engine.paused
         self.broadcast_state()
+        ref = msg.get("ref") if isinstance(msg.get("ref"), str) else None
+        self._compare_task = asyncio.create_task(self._compare(conn, scenario.compare, workload, a, b, scale, ref))
+
+    async def _compare(self, conn: Connection, compare, workload: str, a: dict, b: dict, scale: float,
+                       ref: str | None) -> None:
+        was_paused = self.engine.paused
         try:
             if not was_paused:
                 await asyncio.to_thread(self.engine.pause)
-            result = await asyncio.to_thread(scenario.compare, self.engine.model, self.engine.tokenizer, workload, a, b, scale)
+            result = await asyncio.to_thread(compare, self.engine.model, self.engine.tokenizer, workload, a, b, scale)
+        except FluxoError as exc:
+            self._error(conn, exc.code, exc.message, ref=ref)
+            return
+        except Exception as exc:  # noqa: BLE001 - a failed replay answers its presenter, the server goes on
+            log.exception("comparison failed")
+            self._error(conn, "internal", f"the comparison failed: {type(exc).__name__}", ref=ref)
+            return
         finally:
             self._compare_running = False
             if not was_paused:
                 self.engine.resume()
             self.broadcast_state()
         result["held"] = {"live_engine_paused": True, "traffic_held": self.traffic is not None}
-        conn.send({"type": "compare", **result})
+        conn.send({"type": "compare", **({"ref": ref} if ref else {}), **result})
 
 
 def _stats(seq: Sequence) -> dict[str, Any]:
