@@ -99,7 +99,7 @@ def server(model, tok) -> Result:
     on = next(model.parameters()).device.type  # --device: the model was moved there
     engine = Engine(EngineConfig(max_slots=32, kv_blocks=1024, device=on), model=model, tokenizer=tok,
                     max_telemetry_steps=20_000)
-    srv = Server(engine, "127.0.0.1", 0, None, Limits(queue_limit=1024, max_requests_per_s=1000))
+    srv = Server(engine, "127.0.0.1", 0, None, Limits(queue_limit=1024, max_requests_per_s=1000, max_open_requests=8))
     _, stop = srv.run_in_thread()
     url = f"ws://127.0.0.1:{srv.port}"
     out: Result = {"runs": {}}

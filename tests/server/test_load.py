@@ -14,7 +14,7 @@ from engine.workloads import CHAT_PROMPTS
 
 
 def test_64_clients_5_requests_each_all_end_exactly_once(serve):
-    server = serve(max_slots=32, kv_blocks=512, limits=Limits(queue_limit=512))
+    server = serve(max_slots=32, kv_blocks=512, limits=Limits(queue_limit=512, max_open_requests=8))  # 5 at once each
 
     async def client(i: int) -> list[dict]:
         c = await open_client(url(server))
