@@ -6,7 +6,7 @@ costs a few milliseconds where Altair's object layer cost ~100 ms per chart, and
 redraws four of them every refresh.
 
 Every mark is a measured fact of the engine: a step record (``slots``, ``kv``, ``spans``,
-``admitted``...) or a request record, as ``engine/telemetry.py`` writes them. Nothing is
+``admitted``...) or a request record, as ``engine/core/telemetry.py`` writes them. Nothing is
 interpolated or smoothed. Two rules keep the page fast with 64 slots and thousands of steps:
 
 - run-length encoding: the slot Gantt draws one bar per (slot, request, phase) span, not one per

@@ -304,7 +304,7 @@ class EngineClient:
 def local_exports(steps: list[dict], requests: list[dict]) -> tuple[str, dict]:
     """JSON lines and a Chrome trace of the page's own buffer, through engine.telemetry's exporter
     (used when the server's ``export`` is not available)."""
-    from engine.telemetry import Telemetry
+    from engine.core.telemetry import Telemetry
 
     tel = Telemetry()
     tel.steps.extend(steps)

@@ -9,7 +9,7 @@ import os
 import streamlit as st
 
 from app.client import EngineClient, EngineError, Snapshot, local_exports
-from engine.metrics import summarize
+from engine.core.metrics import summarize
 
 CSS = """
 <style>

@@ -1,4 +1,8 @@
-"""``python -m engine.serve``: the engine behind a websocket server (protocol: docs/protocol.md)."""
+"""``python -m engine.serve``: the engine behind a websocket server (protocol: docs/protocol.md).
+
+This command is where the layers meet: it builds the core's ``Engine``, hands the lab's scenario
+replay to the server as its ``Comparison`` (the server itself never imports the lab), and serves.
+"""
 from __future__ import annotations
 
 import argparse
@@ -10,11 +14,12 @@ import signal
 
 import torch
 
-from engine import cpu
-from engine.config import EngineConfig
-from engine.errors import DeviceUnavailable
-from engine.engine import Engine
-from engine.server import Limits, Server
+from engine.core import cpu
+from engine.core.config import EngineConfig
+from engine.core.errors import DeviceUnavailable
+from engine.core.engine import Engine
+from engine.lab import scenario
+from engine.server.server import Comparison, Limits, Server
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -71,7 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_calibrate:
         took = engine.calibrate()
         print(f"cost model calibrated on quiet steps in {took:.1f} s", flush=True)
-    server = Server(engine, args.host, args.port, token, limits, model_name=args.model, http_port=http_port)
+    server = Server(engine, args.host, args.port, token, limits, model_name=args.model, http_port=http_port,
+                    comparison=Comparison(scenario.compare, tuple(scenario.WORKLOADS)))
     if http_port:  # (an ephemeral port is logged once bound)
         host = f"[{args.host}]" if ":" in args.host else args.host
         print(f"OpenAI-compatible HTTP API: http://{host}:{http_port}/v1 (health and metrics also on "

@@ -8,9 +8,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.config import EngineConfig  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.model import load_model, tiny_llama  # noqa: E402
+from engine.core.config import EngineConfig  # noqa: E402
+from engine.core.engine import Engine  # noqa: E402
+from engine.core.model import load_model, tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="session")

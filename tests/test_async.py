@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.sequence import Event
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.core.sequence import Event
 
 PROMPTS = ("What is the capital of France?", "Name five planets of the solar system.",
            "Write a haiku about the sea.", "How many legs does a spider have?", "What is an API?")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import time
 
-from engine.cost_model import CostModel, StepWork
+from engine.core.cost_model import CostModel, StepWork
 
 
 def _true_cost(w: StepWork) -> float:

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from engine import cpu
-from engine.config import EngineConfig
-from engine.errors import InvalidConfig
+from engine.core import cpu
+from engine.core.config import EngineConfig
+from engine.core.errors import InvalidConfig
 
 
 def test_parse_core_lists():
@@ -38,7 +38,7 @@ def test_config_validates_threads_and_cpus():
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(cpu.available()) < 2, reason="needs 2 cores and affinity")
 def test_apply_pins_every_thread_and_sets_torch_threads():
     code = ("import json, os, threading, torch\n"
-            "from engine import cpu\n"
+            "from engine.core import cpu\n"
             "threading.Thread(target=lambda: None).start()\n"
             "cpu.apply(None, (1,))\n"
             "t = threading.Thread(target=lambda: print(json.dumps([sorted(os.sched_getaffinity(0)), torch.get_num_threads()])))\n"

@@ -1,4 +1,4 @@
-"""The engine on a CUDA device (engine/cuda_exec.py): the same greedy tokens as transformers and as
+"""The engine on a CUDA device (engine/core/cuda_exec.py): the same greedy tokens as transformers and as
 the CPU path, with decode graphs on and off, sync and async; the h2d, compute and d2h lanes really
 overlap under async; a replayed decode step is much cheaper than an eager one. Skipped without a GPU
 (scripts/gpu_check.sh runs them on one)."""
@@ -9,11 +9,11 @@ import copy
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.metrics import median
-from engine.model import chat_ids
-from engine.workloads import CHAT_PROMPTS
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.core.metrics import median
+from engine.core.model import chat_ids
+from engine.workloads.canonical import CHAT_PROMPTS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.cuda_exec import (GRAPH_SIZES, DecodeInputs, PinnedStaging, anchor, bucket, device_name, event_time,
+from engine.core.config import EngineConfig
+from engine.core.cuda_exec import (GRAPH_SIZES, DecodeInputs, PinnedStaging, anchor, bucket, device_name, event_time,
                               fill_static, flatten_inputs, graph_size, graph_width, lane_spans, pad_decode, padding,
                               rebuild)
-from engine.errors import InvalidConfig
-from engine.llama import ForwardBatch
+from engine.core.errors import InvalidConfig
+from engine.core.llama import ForwardBatch
 from kernels.attention import paged_decode_attention
 
 
@@ -182,7 +182,7 @@ def test_server_hello_and_state_name_the_device(make_tiny_engine):
 
     from websockets.asyncio.client import connect
 
-    from engine.server import Server
+    from engine.server.server import Server
 
     server = Server(make_tiny_engine(), "127.0.0.1", 0, None)
     _, stop = server.run_in_thread()

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.errors import DeviceUnavailable
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.core.errors import DeviceUnavailable
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.errors import (EmptyPrompt, FluxoError, InvalidConfig, InvalidMaxTokens, InvalidSampling,
+from engine.core.config import EngineConfig
+from engine.core.errors import (EmptyPrompt, FluxoError, InvalidConfig, InvalidMaxTokens, InvalidSampling,
                            KVBudgetTooSmall, PromptTooLong, UnknownMode)
 
 BAD_SUBMITS = [

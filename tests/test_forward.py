@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.config import EngineConfig
-from engine.engine import Engine
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
 
 
 def _capture_rows(engine: Engine) -> list[tuple[list[int], torch.Tensor]]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.model import chat_ids
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.core.model import chat_ids
 
 PROMPTS = (
     "What is the capital of France?",

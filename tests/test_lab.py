@@ -18,7 +18,7 @@ import psutil
 import pytest
 from websockets.asyncio.client import connect
 
-from engine import cpu
+from engine.core import cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 

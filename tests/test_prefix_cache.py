@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine.block_manager import BlockManager
-from engine.errors import FluxoError
-from engine.sequence import SamplingParams, Sequence, Status
+from engine.core.block_manager import BlockManager
+from engine.core.errors import FluxoError
+from engine.core.sequence import SamplingParams, Sequence, Status
 
 BS = 4  # the tiny engine's block size (conftest)
 MAX_NEW = 10

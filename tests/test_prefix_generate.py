@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import device
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.model import chat_ids
-from engine.prefix_workload import document_prompt
+from engine.core import device
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.core.model import chat_ids
+from engine.workloads.prefix import document_prompt
 
 PROMPTS = (document_prompt(0), document_prompt(6), "What is the capital of France?")
 MAX_NEW = 12

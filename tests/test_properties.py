@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, rule
 
-from engine.block_manager import BlockManager, OutOfBlocks
-from engine.errors import FluxoError
-from engine.sequence import SamplingParams, Sequence, Status
+from engine.core.block_manager import BlockManager, OutOfBlocks
+from engine.core.errors import FluxoError
+from engine.core.sequence import SamplingParams, Sequence, Status
 
 EOS = 258
 BLOCK_SIZE = 4

@@ -1,4 +1,4 @@
-"""Quantized CPU weights (engine/quant.py, kernels/cpu_quant.py) and the roofline's model.
+"""Quantized CPU weights (engine/core/quant.py, kernels/cpu_quant.py) and the roofline's model.
 
 The kernels against a pure-torch dequantized reference; SmolLM2's Q4_1/Q8_0 blocks reproduced
 bit for bit from the GGUF; q4 greedy answers against fp32 on SmolLM2; the roofline's arithmetic.
@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import quant, roofline
-from engine.accuracy import agreement
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.errors import UnknownMode
+from engine.core import quant
+from engine.lab import roofline
+from engine.lab.accuracy import agreement
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.core.errors import UnknownMode
 from kernels import cpu_quant
 
 needs_kernels = pytest.mark.skipif(not cpu_quant.available(), reason=f"{cpu_quant.unavailable_reason()}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from engine import metrics
+from engine.core import metrics
 
 STEP_KEYS = {"step", "t_start", "t_end", "policy", "runner", "slots", "admitted", "finished", "preempted",
              "queue_len", "kv", "spans", "events"}
@@ -84,8 +84,8 @@ def test_metrics_on_known_records():
 
 
 def test_bounded_telemetry_drops_oldest_ended_requests_first(tiny):
-    from engine.config import EngineConfig
-    from engine.engine import Engine
+    from engine.core.config import EngineConfig
+    from engine.core.engine import Engine
 
     model, tok = tiny
     engine = Engine(EngineConfig(model="tiny", dtype="float64", max_slots=2, kv_blocks=64, block_size=4),

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import time
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.workloads import batching_workload, lognormal_lengths
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.workloads.canonical import batching_workload, lognormal_lengths
 
 
 def record(model, tok, n: int = 16, max_steps: int = 100_000, inject_every: int = 0, inject: int = 0,

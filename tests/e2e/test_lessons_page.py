@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 from servers import start_engine, start_streamlit, stop  # noqa: E402
 
-from engine.scenario import compares  # noqa: E402
+from engine.lab.scenario import compares  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted(p for p in (ROOT / "lessons").iterdir() if (p / "scenario.toml").exists())

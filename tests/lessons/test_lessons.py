@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from engine.bench import warm_up
-from engine.config import LIVE_FIELDS, EngineConfig
-from engine.errors import FluxoError
-from engine.scenario import (CONFIG_FIELDS, OPS, RATIO_KEYS, SPECS, WORKLOADS, build_workload, compares, engine_config,
+from engine.lab.bench import warm_up
+from engine.core.config import LIVE_FIELDS, EngineConfig
+from engine.core.errors import FluxoError
+from engine.lab.scenario import (CONFIG_FIELDS, OPS, RATIO_KEYS, SPECS, WORKLOADS, build_workload, compares, engine_config,
                              lesson_dirs, load, run_lesson)
 
 LESSONS = lesson_dirs()
@@ -116,7 +116,7 @@ def test_lesson_files_and_scenario(path, tiny) -> None:
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_traffic_is_what_the_server_accepts(path) -> None:
     """The page starts a lesson's [traffic] with one `traffic` message: the server must accept it."""
-    from engine.traffic import TrafficParams
+    from engine.workloads.traffic import TrafficParams
 
     traffic = load(path / "scenario.toml")["traffic"]
     params = TrafficParams.from_message({"type": "traffic", "action": "start", **traffic})
@@ -249,7 +249,7 @@ def test_lesson_claims_replayed(number, model) -> None:
 
 def test_compare_replays_a_workload_under_two_configs(tiny) -> None:
     """What the server's `compare` message calls: both runs, their records, and the ratios."""
-    from engine.scenario import compare
+    from engine.lab.scenario import compare
 
     out = compare(*tiny, "uniform", {"policy": "static", "dtype": "float64"},
                   {"policy": "continuous", "dtype": "float64"}, scale=0.2)

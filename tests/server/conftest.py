@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.server import Limits, Server
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.lab import scenario
+from engine.server.server import Comparison, Limits, Server
 
 
 @pytest.fixture
@@ -21,7 +22,8 @@ def serve(smollm2):
         cfg = dict(max_slots=8, kv_blocks=256)
         cfg.update(config)
         engine = Engine(EngineConfig(**cfg), model=model, tokenizer=tok, max_telemetry_steps=5000)
-        server = Server(engine, host, 0, token, limits)
+        server = Server(engine, host, 0, token, limits,
+                        comparison=Comparison(scenario.compare, tuple(scenario.WORKLOADS)))
         _, stop = server.run_in_thread()
         stops.append(stop)
         return server

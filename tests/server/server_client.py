@@ -7,9 +7,9 @@ from typing import Any, Callable
 
 from websockets.asyncio.client import ClientConnection, connect
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.server import Server
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.server.server import Server
 
 
 class Client:

@@ -85,7 +85,7 @@ def _is_utf8(b: bytes) -> bool:
 
 
 def test_hostile_messages_get_coded_errors_and_the_server_keeps_serving(serve, smollm2):
-    from engine.server import Limits
+    from engine.server.server import Limits
 
     # A short context, so a prompt under the byte limit can still be over it.
     server = serve(limits=Limits(max_message_bytes=LIMIT, max_requests_per_s=1e6), max_model_len=512)
@@ -138,7 +138,7 @@ def test_viewer_is_refused_control_without_the_token(serve):
 
 
 def test_an_abusive_client_is_disconnected_and_others_are_not(serve):
-    from engine.server import Limits
+    from engine.server.server import Limits
 
     server = serve(limits=Limits(abuse_errors=50))
 

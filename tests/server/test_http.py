@@ -17,10 +17,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_client import open_client, url, wait_idle
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.http_api import HttpApi, StopCutter
-from engine.server import Limits, Server
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.server.http_api import HttpApi, StopCutter
+from engine.server.server import Limits, Server
 
 
 @pytest.fixture

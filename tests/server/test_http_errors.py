@@ -11,12 +11,13 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine import errors, protocol
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.errors import FluxoError
-from engine.http_api import STATUS
-from engine.server import Limits, Server
+from engine.core import errors
+from engine.server import protocol
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.core.errors import FluxoError
+from engine.server.http_api import STATUS
+from engine.server.server import Limits, Server
 
 
 @pytest.fixture

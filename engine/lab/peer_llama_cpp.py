@@ -1,0 +1,138 @@
+"""llama.cpp as a peer: its server on the same GGUF and the same ``batching`` workload, and
+``llama-bench`` for one-stream decode (tg) and prompt processing (pp).
+
+llama.cpp is not a Python dependency: ``scripts/build_llama_cpp.sh`` builds ``llama-server`` and
+``llama-bench`` from the source vendored in the ``llama-cpp-python`` sdist into ``.peers/llama.cpp``
+(git-ignored; or point ``FLUXO_LLAMA_CPP`` at an install). ``find()`` returns None when they are
+not there, and the benchmark then says it skipped llama.cpp.
+
+Like Fluxo's ``batching`` run: every request is sent at once, greedy, EOS ignored so each produces
+exactly its ``max_new_tokens``; the server gets ``slots`` parallel slots (``-np``) and 2 threads.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.workloads.canonical import WorkItem
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(slots=True)
+class LlamaCpp:
+    server: Path
+    bench: Path
+    version: str
+
+
+def find() -> LlamaCpp | None:
+    base = Path(os.environ.get("FLUXO_LLAMA_CPP", ROOT / ".peers" / "llama.cpp"))
+    server, bench = base / "bin" / "llama-server", base / "bin" / "llama-bench"
+    if not (server.exists() and bench.exists()):
+        return None
+    version = (base / "VERSION").read_text().strip() if (base / "VERSION").exists() else "?"
+    return LlamaCpp(server, bench, f"llama-cpp-python {version} (vendored llama.cpp)")
+
+
+def run_bench(lc: LlamaCpp, gguf: str, threads: int = 2, prompt: int = 128, gen: int = 64,
+              reps: int = 3) -> dict[str, float]:
+    """``llama-bench`` tokens/s: ``pp{prompt}`` and ``tg{gen}`` (mean and stddev over ``reps``)."""
+    out = subprocess.run([str(lc.bench), "-m", gguf, "-t", str(threads), "-p", str(prompt), "-n", str(gen),
+                          "-r", str(reps), "-o", "json"], capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout)
+    res: dict[str, float] = {}
+    for r in rows:
+        key = f"pp{r['n_prompt']}" if r.get("n_prompt") else f"tg{r['n_gen']}"
+        res[f"{key}_tokens_per_s"] = float(r["avg_ts"])
+        res[f"{key}_stddev"] = float(r.get("stddev_ts", 0.0))
+    return res
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+@dataclass(slots=True)
+class ServerResult:
+    name: str
+    useful_tokens: int  # tokens the server reports it generated (asked: sum of max_new_tokens)
+    wall_s: float
+    tokens_per_s: float
+    slots: int
+    note: str
+
+
+def run_server(lc: LlamaCpp, gguf: str, prompts: list[str], items: list[WorkItem], slots: int = 8,
+               threads: int = 2, ctx_per_slot: int = 1024) -> ServerResult:
+    """All ``items`` sent at once to ``llama-server -np slots``; ``prompts`` are the chat-templated
+    texts (the same template Fluxo applies). Wall time from the first send to the last answer."""
+    port = _free_port()
+    proc = subprocess.Popen([str(lc.server), "-m", gguf, "-t", str(threads), "-tb", str(threads),
+                             "-np", str(slots), "-c", str(slots * ctx_per_slot), "--port", str(port),
+                             "--host", "127.0.0.1", "--no-webui"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("llama-server did not come up")
+            time.sleep(0.5)
+
+        def one(i: int, n: int = 0) -> int:
+            body = {"prompt": prompts[i], "n_predict": n or items[i].max_new_tokens, "ignore_eos": True,
+                    "temperature": 0.0, "top_k": 1, "cache_prompt": False}
+            return int(_post(base + "/completion", body)["tokens_predicted"])
+
+        one(0, 4)  # warm-up, as the other peers get
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=len(items)) as pool:
+            got = list(pool.map(one, range(len(items))))
+        wall = time.perf_counter() - start
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    useful = sum(got)
+    return ServerResult("llama_cpp_server", useful, wall, useful / wall, slots,
+                        f"llama-server -np {slots} -t {threads}, /completion, ignore_eos, {lc.version}")
+
+
+def peer(model_tok: tuple[Any, Any], items: list[WorkItem], slots: int = 8, threads: int = 2) -> dict[str, Any]:
+    """Both measurements, or ``{"skipped": reason}`` where no build is present."""
+    from engine.core.model import GGUF_FILE, chat_ids, gguf_dir
+
+    lc = find()
+    if lc is None:
+        return {"skipped": "no llama.cpp build in .peers/llama.cpp (scripts/build_llama_cpp.sh builds one)"}
+    gguf = os.path.join(gguf_dir(), GGUF_FILE)
+    _, tok = model_tok
+    prompts = [tok.decode(chat_ids(tok, [{"role": "user", "content": it.prompt}])) for it in items]
+    out: dict[str, Any] = {"bench": run_bench(lc, gguf, threads)}
+    out["server"] = asdict(run_server(lc, gguf, prompts, items, slots, threads))
+    return out
