@@ -14,7 +14,7 @@ COPY engine engine
 COPY kernels kernels
 COPY app app
 COPY lessons lessons
-RUN python -c "from engine.model import load_model; load_model('smollm2', 'float32')"
+RUN python -c "from engine.core.model import load_model; load_model('smollm2', 'float32')"
 EXPOSE 8501 8765 8766
 ENV FLUXO_HOST=0.0.0.0
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
