@@ -30,6 +30,8 @@ from typing import Any, Iterable, Sequence
 
 import altair as alt
 
+from engine.core.metrics import slot_phase, step_window
+
 Record = dict[str, Any]
 
 MAX_ROWS = 3000  # per chart, all datasets together
@@ -37,7 +39,10 @@ OVERVIEW_BINS = 300
 
 # One colour per phase, the same in every chart (and in the legend of each).
 PHASES = ("prefill", "decode", "dead", "idle")
-PHASE_COLORS = {"prefill": "#F08C00", "decode": "#1C7ED6", "dead": "#E03131", "idle": "#DEE2E6"}
+# Colour-blind safe (app/palette.py): the closest pair is 40 Delta E apart under protanopia,
+# deuteranopia and tritanopia alike (the old red "dead" and orange "prefill": 28.6 under
+# deuteranopia, a pair such viewers confuse); tests/app/test_palette.py holds it.
+PHASE_COLORS = {"prefill": "#F5B700", "decode": "#1F5FBF", "dead": "#A3195B", "idle": "#E5E5E5"}
 # "shared" (blocks referenced by more than one sequence) and "cached" (free blocks whose content a
 # prefix lookup can still find) come from prefix caching; records without them count zero.
 KV_STATES = ("stored", "shared", "allocated, unused", "cached", "free")
@@ -102,11 +107,7 @@ def window(steps: Sequence[Record], last: int) -> list[Record]:
     return steps[-last:] if last and len(steps) > last else steps
 
 
-def _phase(slot: Record) -> str:
-    """As ``engine.metrics.slot_counts`` counts it: a running request that computed nothing is idle."""
-    if slot["phase"] in ("prefill", "decode") and not slot["tokens"]:
-        return "idle"
-    return slot["phase"]
+_phase = slot_phase  # as ``engine.core.metrics.slot_counts`` counts it (one definition)
 
 
 # -- slot occupancy ------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ def itl_per_step(steps: Iterable[Record]) -> list[Record]:
             last_token.pop(rid, None)
         gaps.sort()
         prefill = rec["tokens"]["prefill"] if "tokens" in rec else sum(s["tokens"] for s in rec["slots"] if s["phase"] == "prefill")
-        step_ms = 1000 * (rec["t_end"] - rec["t_start"])
+        step_ms = 1000 * step_window(rec)
         exp = rec.get("expected_s")
         expected_ms = None if exp is None else 1000 * exp
         admitted = len(rec["admitted"])
@@ -348,7 +349,7 @@ def stall_chart(steps: Sequence[Record], last: int = 300, height: int = 300, tit
     tip = _tip("step:Q", "admitted:Q", "requests:N", "prefill_tokens:Q", "cached_tokens:Q", "stall:N")
     orange = PHASE_COLORS["prefill"]
     return spec({
-        "title": {"text": title, "subtitle": ["orange ▼: a step that admitted (bars: its prefill tokens, right axis)",
+        "title": {"text": title, "subtitle": ["▼ (prefill colour): a step that admitted (bars: its prefill tokens, right axis)",
                                               f"purple band: slowed by the machine (over {SLOW_FACTOR:g}x its expected time, "
                                               "nothing admitted)"]},
         "height": height, "width": "container",

@@ -1,15 +1,18 @@
-"""What every page shares: the cached engine client, roles, the sidebar, the mode toggles,
-headline metrics and the export buttons."""
+"""What every page shares: the cached engine client, roles, the sidebar (language, source of the
+steps: live engine or recording, projector mode, one full-screen chart), the mode toggles,
+headline metrics and the export buttons. Words come from app/i18n.py, shareable state from
+app/state.py."""
 from __future__ import annotations
 
 import json
-import math
 import os
+from dataclasses import dataclass
 
 import streamlit as st
 
-from app.client import EngineClient, EngineError, Snapshot, local_exports
-from engine.core.metrics import summarize
+from app import browser_view, i18n, recording, state
+from app.browser_view import ORDER
+from app.client import EngineClient, EngineError, local_exports
 
 CSS = """
 <style>
@@ -41,7 +44,10 @@ def client() -> EngineClient:
     page_token = os.environ.get("FLUXO_TOKEN") or None
     typed = st.session_state.get("presenter_token") or None
     c = _client(url, typed if typed and not page_token else page_token)
-    c.wait_connected(3.0)
+    # The first run of a session waits for the engine (and its first telemetry); later runs do
+    # not wait again for an engine that is down (the page falls back to a recording).
+    c.wait_connected(3.0 if not st.session_state.get("_waited") else 0.05)
+    st.session_state["_waited"] = True
     return c
 
 
@@ -65,34 +71,107 @@ def is_presenter(c: EngineClient) -> bool:
     return not token or st.session_state.get("presenter_token") == token
 
 
-def page_setup(title: str, caption: str) -> tuple[EngineClient, bool]:
+PROJECTOR_CSS = """
+<style>
+/* Projector: a pinned light theme (whatever the OS says) and type readable from the back row. */
+html, body, [class*="st-"] { font-size: 23px; }
+.stApp, [data-testid="stSidebar"], [data-testid="stHeader"], [data-testid="stMain"] { background: #ffffff !important; }
+.stApp [data-testid="stMarkdownContainer"], .stApp label, .stApp h1, .stApp h2, .stApp h3 { color: #111111 !important; }
+h1, h1 * { font-size: 3rem !important; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.8rem !important; }
+</style>
+"""
+CHART_ONLY_CSS = "<style>[data-testid='stHeader'] { display: none; } .block-container { padding-top: 0.5rem; }</style>"
+CHARTS = ("all", "slots", "stalls", "kv", "lanes")
+
+
+@dataclass
+class Ctx:
+    """What a page knows after :func:`page_setup`."""
+
+    c: EngineClient | None
+    presenter: bool
+    lang: str
+    w: dict[str, str]
+    src: str  # "live" or "rec"
+    rec: recording.Recording | None = None
+    run: recording.Run | None = None
+    projector: bool = False
+    chart: str = "all"
+    fallback: bool = False
+
+    @property
+    def charts(self) -> tuple[str, ...]:
+        return ORDER if self.chart == "all" else (self.chart,)
+
+
+def _sidebar_engine(c: EngineClient, w: dict[str, str]) -> None:
+    icon = STATUS_ICON.get(c.status, "⚪")
+    st.markdown(f"**{w['engine']}** {icon} `{w.get('status_' + c.status, c.status)}`  \n`{c.url}`")
+    if c.error and c.status != "connected":
+        st.caption(c.error)
+    if c.hello:
+        st.caption(w["model_line"].format(model=c.hello.get("model", "?"), version=c.hello.get("version", "?")))
+        st.caption(w["device_line"].format(device=c.hello.get("device", "?"), name=c.hello.get("device_name", "?")))
+    if exposed() and not os.environ.get("FLUXO_TOKEN"):
+        st.caption(w["locked"])
+    elif os.environ.get("FLUXO_TOKEN") or c.token or c.role != "presenter":
+        st.text_input(w["token"], type="password", key="presenter_token", help=w["token_help"])
+
+
+def _source(w: dict[str, str], needs_engine: bool) -> tuple[str, EngineClient | None, bool]:
+    """Live engine or recording. Unchosen, it is the engine when it answers, else a recording."""
+    fallback = False
+    if state.get("src") not in ("live", "rec"):
+        c = client()
+        state.put("src", "live" if c.status == "connected" else "rec")
+        fallback = state.get("src") == "rec"
+    src = state.widget("src", "src", st.radio, w["source"], options=["live", "rec"], horizontal=True,
+                       format_func=lambda s: w["src_live" if s == "live" else "src_rec"])
+    c = client() if src == "live" or needs_engine else None
+    return src, c, fallback
+
+
+def page_setup(title: str, caption: str, caption_rec: str | None = None, needs_engine: bool = False) -> Ctx:
+    """CSS, the sidebar (language, source, recording, projector, engine, role), title and caption.
+    ``title``/``caption`` are keys of app/i18n.py's words."""
     st.markdown(CSS, unsafe_allow_html=True)
-    c = client()
-    presenter = is_presenter(c)
     with st.sidebar:
-        icon = STATUS_ICON.get(c.status, "⚪")
-        st.markdown(f"**Engine** {icon} `{c.status}`  \n`{c.url}`")
-        if c.error and c.status != "connected":
-            st.caption(c.error)
-        if c.hello:
-            st.caption(f"model {c.hello.get('model', '?')} · server {c.hello.get('version', '?')}")
-            st.caption(f"device {c.hello.get('device', '?')} · {c.hello.get('device_name', '?')}")
-        locked = exposed() and not os.environ.get("FLUXO_TOKEN")
-        if locked:
-            st.caption("This page listens beyond loopback and holds no FLUXO_TOKEN: the controls are off for "
-                       "everyone. Start it with a presenter token (make lab does) to present.")
-        elif os.environ.get("FLUXO_TOKEN") or c.token or c.role != "presenter":
-            st.text_input("Presenter token", type="password", key="presenter_token",
-                          help="Students watch and chat; the presenter's token unlocks the controls.")
-        st.markdown("**Role:** " + (":blue[presenter] (controls on)" if presenter else ":gray[viewer] (chat and watch)"))
-    st.title(title)
-    st.caption(caption)
+        lang = state.widget("lang", "lang", st.radio, "idioma / language", options=list(i18n.LANGS), horizontal=True)
+        w = i18n.words(lang)
+        src, c, fallback = _source(w, needs_engine)
+        rec = state.choose_recording(w) if src == "rec" else None
+        projector = state.widget("projector", "projector", st.toggle, w["projector"], help=w["projector_help"])
+        chart = state.widget("chart", "chart", st.selectbox, w["chart_only"], options=list(CHARTS),
+                             format_func=lambda n: w["all_charts"] if n == "all" else w["chart_" + n])
+        st.caption(w["keys_hint"])
+        if c is not None:
+            _sidebar_engine(c, w)
+        presenter = c is not None and is_presenter(c)
+        if c is not None:
+            st.markdown(f"**{w['role']}:** " + (f":blue[{w['presenter']}]" if presenter else f":gray[{w['viewer']}]"))
+    if projector:
+        st.markdown(PROJECTOR_CSS, unsafe_allow_html=True)
+    if chart != "all":
+        st.markdown(CHART_ONLY_CSS, unsafe_allow_html=True)
+    browser_view.keys(w)
+    ctx = Ctx(c, presenter, lang, w, src, rec, None, projector, chart, fallback)
+    if chart == "all" or not projector:
+        st.title(w[title])
+        st.caption(w[caption_rec] if src == "rec" and caption_rec else w[caption])
+    if fallback:
+        st.warning(w["fallback"].format(url=os.environ.get("FLUXO_ENGINE_URL", "ws://127.0.0.1:8765")),
+                   icon=":material/cloud_off:")
     # Always one slot for the error, so what follows keeps its place in the page (the browser view
     # below is not remounted, and its connection is not reopened, when an error shows).
     slot = st.empty()
     if "last_error" in st.session_state:
         slot.error(st.session_state.pop("last_error"), icon=":material/error:")
-    return c, presenter
+    return ctx
+
+
+def words() -> dict[str, str]:
+    return i18n.words(state.get("lang"))
 
 
 def send(c: EngineClient, type_: str, timeout: float = 10.0, **fields) -> dict | None:
@@ -100,7 +179,7 @@ def send(c: EngineClient, type_: str, timeout: float = 10.0, **fields) -> dict |
     try:
         return c.request(type_, timeout=timeout, **fields)
     except EngineError as exc:
-        st.session_state["last_error"] = f"The engine said **{exc.code}**: {exc.message}"
+        st.session_state["last_error"] = words()["error_said"].format(code=exc.code, message=exc.message)
         return None
 
 
@@ -113,6 +192,7 @@ def _on_toggle(c: EngineClient, name: str) -> None:
 
 def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE) -> None:
     """Policy / runner / KV layout / slots / chunk budget: each change sends one ``control``."""
+    w = words()
     config = c.snapshot(steps=0).state.get("config", {})
     synced = st.session_state.setdefault("_synced", {})
     for name in keys:  # follow the server when someone else changed it
@@ -126,51 +206,37 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
         with col:
             kw = dict(key=f"ctl_{name}", on_change=_on_toggle, args=(c, name), disabled=not presenter)
             if name in CHOICES:
-                st.radio(name.replace("_", " "), CHOICES[name], horizontal=True, **kw)
+                st.radio(w[name], CHOICES[name], horizontal=True, **kw)
             elif name == "max_slots":
-                st.number_input("slots", 1, 64, **kw)
+                st.number_input(w["slots"], 1, 64, **kw)
             elif name == "chunk_budget":
-                st.number_input("chunk budget (tokens)", 8, 4096, step=8, **kw)
+                st.number_input(w["chunk_budget"], 8, 4096, step=8, **kw)
             elif name == "kv_blocks":
-                st.number_input("KV blocks", 4, 1 << 16, step=16, **kw)
+                st.number_input(w["kv_blocks"], 4, 1 << 16, step=16, **kw)
             elif name == "prefix_cache":
-                st.toggle("prefix cache", help="reuse the KV blocks of prompt prefixes already computed", **kw)
+                st.toggle(w["prefix_cache"], help=w["prefix_help"], **kw)
 
 
-def _fmt(v: float, unit: str = "", scale: float = 1.0, digits: int = 1) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    return f"{v * scale:.{digits}f}{unit}"
+HEADLINE = (("m_throughput", "throughput"), ("m_ttft", "ttft_p50"), ("m_itl50", "itl_p50"), ("m_itl99", "itl_p99"),
+            ("m_slot_util", "slot_utilization"), ("m_dead", "dead_slot_fraction"), ("m_kv_waste", "kv_waste"),
+            ("m_busy", "busy_fraction"))
 
 
-def headline(snap: Snapshot) -> None:
-    """The server's ``metrics`` (engine.metrics.summarize over its window), or the same function
-    over the page's buffer when none has arrived yet."""
-    summary = snap.metrics.get("summary")
-    window = snap.metrics.get("window_s")
-    if not summary:
-        summary = summarize(snap.steps[-300:], snap.requests[-300:]) if snap.steps else {}
-        window = None
-    row1 = st.columns(4)
-    row2 = st.columns(4)
-    items = [("useful tokens/s", _fmt(summary.get("throughput"))),
-             ("TTFT p50", _fmt(summary.get("ttft_p50"), " ms", 1000, 0)),
-             ("ITL p50", _fmt(summary.get("itl_p50"), " ms", 1000, 0)),
-             ("ITL p99", _fmt(summary.get("itl_p99"), " ms", 1000, 0)),
-             ("slot utilization", _fmt(summary.get("slot_utilization"), "%", 100, 0)),
-             ("dead-slot fraction", _fmt(summary.get("dead_slot_fraction"), "%", 100, 0)),
-             ("KV waste", _fmt(summary.get("kv_waste"), "%", 100, 0)),
-             ("device busy", _fmt(summary.get("busy_fraction"), "%", 100, 0))]
-    for col, (label, value) in zip(row1 + row2, items):
-        col.metric(label, value)
-    st.caption(f"over the last {window:.0f} s (server)" if window else "over the page's recent steps")
+def headline(summary: dict, caption: str, lang: str) -> None:
+    """The eight headline numbers of a summary (engine.core.metrics.summarize), in the language."""
+    w = i18n.words(lang)
+    cols = st.columns(4) + st.columns(4)
+    for col, (label, key) in zip(cols, HEADLINE):
+        col.metric(w[label], i18n.metric(key, summary.get(key), lang))
+    st.caption(caption)
 
 
 def exports(c: EngineClient, key: str) -> None:
-    """Telemetry as JSON lines and as a Chrome trace (open it in ui.perfetto.dev). Charts: each
-    chart's ⋯ menu saves it as PNG or SVG."""
+    """Telemetry as JSON lines (which the page replays: Source → recording → open a file) and as a
+    Chrome trace (open it in ui.perfetto.dev). Charts: each chart's ⋯ menu saves PNG or SVG."""
+    w = words()
     cols = st.columns([1, 1, 2])
-    if cols[0].button("Prepare telemetry export", key=f"{key}_prep"):
+    if cols[0].button(w["export_prep"], key=f"{key}_prep"):
         data = {}
         for fmt in ("jsonl", "chrome"):
             answer = send(c, "export", timeout=30, format=fmt)
@@ -183,15 +249,8 @@ def exports(c: EngineClient, key: str) -> None:
         st.session_state[f"{key}_export"] = data
     data = st.session_state.get(f"{key}_export")
     if data:
-        cols[1].download_button("JSON lines", data["jsonl"], "fluxo-telemetry.jsonl", "application/jsonl", key=f"{key}_jl", icon=":material/download:")
-        cols[1].download_button("Chrome trace", data["chrome"], "fluxo-trace.json", "application/json", key=f"{key}_ct", icon=":material/download:")
-    cols[2].caption("Each chart's ... menu saves it as PNG or SVG.")
-
-
-def legend() -> None:
-    from app.charts import PHASE_COLORS
-
-    st.markdown('<div class="fluxo-legend">' + "".join(
-        f'<span style="background:{c};{"color:#333" if p == "idle" else ""}">{p}</span>' for p, c in PHASE_COLORS.items())
-        + '<span style="background:white;color:#212529;border:3px solid #212529">people\'s chats</span></div>',
-        unsafe_allow_html=True)
+        cols[1].download_button(w["export_jsonl"], data["jsonl"], "fluxo-telemetry.jsonl", "application/jsonl",
+                                key=f"{key}_jl", icon=":material/download:")
+        cols[1].download_button(w["export_chrome"], data["chrome"], "fluxo-trace.json", "application/json",
+                                key=f"{key}_ct", icon=":material/download:")
+    cols[2].caption(w["export_note"])

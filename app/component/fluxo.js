@@ -9,7 +9,9 @@
  * history when the tab shows). Chat goes over the same socket. Nothing reruns Streamlit.
  *
  * Static mode (Step by step, Compare): the records come as component arguments, drawn once per
- * change of the arguments. The rows come from rows.js in both modes.
+ * change of the arguments. Replay mode: a recorded run comes as arguments and player.js plays it
+ * (play / pause, scrub, step, speed). The rows come from rows.js in every mode. The words come
+ * from app/i18n.py with the arguments (English or Portuguese), and so does the number locale.
  */
 (function () {
   "use strict";
@@ -18,10 +20,16 @@
 
   const MIN_RENDER_MS = 250;     // at most ~4 renders a second
   const METRIC_LABELS = [
-    ["useful tokens/s", "throughput", "", 1, 1], ["TTFT p50", "ttft_p50", " ms", 1000, 0],
-    ["ITL p50", "itl_p50", " ms", 1000, 0], ["ITL p99", "itl_p99", " ms", 1000, 0],
-    ["slot utilization", "slot_utilization", "%", 100, 0], ["dead-slot fraction", "dead_slot_fraction", "%", 100, 0],
-    ["KV waste", "kv_waste", "%", 100, 0], ["device busy", "busy_fraction", "%", 100, 0]];
+    ["m_throughput", "throughput", "", 1, 1], ["m_ttft", "ttft_p50", " ms", 1000, 0],
+    ["m_itl50", "itl_p50", " ms", 1000, 0], ["m_itl99", "itl_p99", " ms", 1000, 0],
+    ["m_slot_util", "slot_utilization", "%", 100, 0], ["m_dead", "dead_slot_fraction", "%", 100, 0],
+    ["m_kv_waste", "kv_waste", "%", 100, 0], ["m_busy", "busy_fraction", "%", 100, 0]];
+  /* A word of the page's language (app/i18n.py), with {fields} filled in. */
+  function w(key, fields) {
+    let text = (S.args && S.args.words && S.args.words[key]) || key;
+    for (const k in (fields || {})) text = text.split("{" + k + "}").join(String(fields[k]));
+    return text;
+  }
 
   const S = {
     args: null, specsJson: null, dataKey: null, mode: null,
@@ -29,7 +37,10 @@
     ws: null, status: "starting", client: null, role: null, state: {}, metrics: null, limits: null,
     backoff: 250, reconnectTimer: null, subscribed: false, lastRender: 0, renderMs: 0,
     renders: 0, received: 0, skipped: 0, chats: [], chatSeq: 0, errors: [], frameHeight: 0,
+    all: [], lastAt: undefined,
   };
+  S.w = w;
+  S.post = (type, data) => post(type, data);
   window.fluxo = S;  // for the page tests: state, counters, send()
 
   // -- Streamlit component protocol (v1) ------------------------------------------------------
@@ -49,9 +60,21 @@
   });
   new ResizeObserver(setHeight).observe(document.body);
 
+  function applyWords(args) {
+    document.documentElement.lang = args.lang || "en";
+    document.body.classList.toggle("projector", !!args.projector);
+    $("fluxo-chat-title").textContent = w("v_chat");
+    $("fluxo-chat-input").placeholder = w("v_ask");
+    $("fluxo-chat-send").textContent = w("v_send");
+    $("fluxo-chat-max-label").firstChild.textContent = w("v_max_tokens") + " ";
+    $("fluxo-metrics").textContent = "";  // rebuilt with the language's labels
+  }
+
   function onArgs(args) {
+    const langChanged = !S.args || S.args.lang !== args.lang || S.args.projector !== args.projector;
     S.args = args;
-    const specsJson = JSON.stringify(args.specs || {});
+    if (langChanged) applyWords(args);
+    const specsJson = JSON.stringify([args.specs || {}, args.locale || null]);
     const modeChanged = S.mode !== args.mode;
     S.mode = args.mode;
     S.bufferSize = args.buffer || 1000;
@@ -63,11 +86,23 @@
       S.specsJson = specsJson;
       buildViews(args.specs || {}, args.order || Object.keys(args.specs || {}));
     }
-    if (args.mode === "static") {
+    $("fluxo-player").hidden = args.mode !== "replay";
+    if (args.mode === "static" || args.mode === "replay") {
       if (S.ws) { const ws = S.ws; S.ws = null; ws.onclose = null; ws.close(); }
       clearTimeout(S.reconnectTimer);
       setStatus("static", args.caption || "recorded steps");
-      if (args.data_key !== S.dataKey) {
+      if (args.mode === "replay") {
+        if (args.data_key !== S.dataKey) {
+          S.dataKey = args.data_key;
+          S.all = args.steps || [];
+          S.people = new Set(args.people || []);
+          S.lastAt = args.at;
+          window.FluxoPlayer.load(args.at, args.speed);
+        } else if (args.at !== S.lastAt) {
+          S.lastAt = args.at;
+          window.FluxoPlayer.jump(args.at);
+        }
+      } else if (args.data_key !== S.dataKey) {
         S.dataKey = args.data_key;
         S.buffer = args.steps || [];
         S.people = new Set(args.people || []);
@@ -112,6 +147,7 @@
     const box = $("fluxo-charts");
     box.textContent = "";
     const opts = {renderer: "canvas", actions: {export: true, source: false, compiled: false, editor: false}};
+    if (S.args && S.args.locale) opts.formatLocale = S.args.locale;  // decimal comma in pt-BR
     const divs = order.map(name => {
       const div = document.createElement("div");
       div.className = "chart";
@@ -208,7 +244,8 @@
       const spans = R.laneSpans(steps, W.lanes);
       changed += feed("lanes", "lanes", spans, r => r.step + ":" + r.lane);
       const runner = steps.length ? steps[steps.length - 1].runner : "";
-      const title = `CPU / device timeline · ${runner} runner · device busy ${(100 * R.deviceBusy(spans)).toFixed(0)}%`;
+      const busy = fmt(R.deviceBusy(spans), "%", 100, 0);
+      const title = `${w("chart_lanes")} · ${runner} · ${w("m_busy")} ${busy}`;
       if (S.views.lanes.signal("lane_title") !== title) { S.views.lanes.signal("lane_title", title); changed++; }
     }
     for (const v of Object.values(S.views)) v.runAsync();
@@ -233,12 +270,13 @@
   function showLastStep() {
     const el = $("fluxo-last-step");
     const last = S.buffer.length ? S.buffer[S.buffer.length - 1] : null;
-    if (!last) { el.textContent = S.mode === "live" ? "No steps yet: send a chat or start traffic." : ""; return; }
+    if (!last) { el.textContent = S.mode === "live" ? w("v_no_steps") : ""; return; }
     const off = S.state.wall_offset;
     el.dataset.step = String(last.step);
     el.dataset.tEnd = off === undefined ? "" : (last.t_end + off).toFixed(4);
     const age = off === undefined ? "" : ` · ${Math.round(Date.now() - 1000 * (last.t_end + off))} ms old at render`;
-    el.innerHTML = `step <b>${last.step}</b> · ${esc(last.policy)} · ${esc(last.runner)} · queue ${last.queue_len}` +
+    el.innerHTML = `${esc(w("v_step"))} <b>${last.step}</b> · ${esc(last.policy)} · ${esc(last.runner)} · ` +
+      `${esc(w("v_queue"))} ${last.queue_len}` +
       (S.mode === "live" ? age : "");
     if (S.mode === "live") {
       $("fluxo-foot").textContent = `${S.buffer.length} steps buffered · ${S.received} received, ${S.skipped} skipped ` +
@@ -253,8 +291,11 @@
   // -- headline metrics (the server's metrics messages: engine.metrics.summarize) --------------
   function fmt(v, unit, scale, digits) {
     if (v === null || v === undefined || Number.isNaN(v)) return "—";
-    return (v * scale).toFixed(digits) + unit;
+    const text = (v * scale).toLocaleString(S.args && S.args.lang === "pt-BR" ? "pt-BR" : "en-US",
+      {minimumFractionDigits: digits, maximumFractionDigits: digits});
+    return text + unit;
   }
+  S.fmt = fmt;
   function showMetrics() {
     const box = $("fluxo-metrics");
     if (box.hidden || !S.metrics) return;
@@ -263,21 +304,20 @@
       for (const [label] of METRIC_LABELS) {
         const d = document.createElement("div");
         d.className = "metric";
-        d.innerHTML = `<div class="label">${esc(label)}</div><div class="value">—</div>`;
+        d.innerHTML = `<div class="label">${esc(w(label))}</div><div class="value">—</div>`;
         box.appendChild(d);
       }
     }
     METRIC_LABELS.forEach(([, key, unit, scale, digits], i) => {
       box.children[i].lastChild.textContent = fmt(sum[key], unit, scale, digits);
     });
-    $("fluxo-metrics-caption").textContent = `over the last ${Math.round(S.metrics.window_s || 0)} s (server)`;
+    $("fluxo-metrics-caption").textContent = w("over_server", {s: Math.round(S.metrics.window_s || 0)});
   }
 
   function showHeld(held) {
     const el = $("fluxo-held");
     el.hidden = !held;
-    el.textContent = held ? "A comparison is running: the live engine is held until it ends, so the comparison " +
-      "measures only itself." : "";
+    el.textContent = held ? w("v_held") : "";
   }
 
   function setStatus(status, text) {
@@ -298,7 +338,7 @@
     if (S.ws) return;
     clearTimeout(S.reconnectTimer);
     const url = engineUrl();
-    setStatus("connecting", `connecting to ${url}`);
+    setStatus("connecting", w("v_connecting", {url: url}));
     let ws;
     try { ws = new WebSocket(url); } catch (e) { scheduleReconnect(String(e)); return; }
     S.ws = ws;
@@ -315,7 +355,7 @@
 
   function scheduleReconnect(why) {
     if (S.mode !== "live") return;
-    setStatus("disconnected", `engine not reachable at ${engineUrl()}: ${why}; retrying in ${(S.backoff / 1000).toFixed(1)} s`);
+    setStatus("disconnected", w("v_unreachable", {url: engineUrl(), why: why, s: fmt(S.backoff / 1000, "", 1, 1)}));
     S.reconnectTimer = setTimeout(() => { S.ws = null; connect(); }, S.backoff);
     S.backoff = Math.min(5000, S.backoff * 2);
   }
@@ -350,7 +390,7 @@
     switch (m.type) {
       case "hello":
         S.client = m.client; S.role = m.role; S.limits = m.limits; S.state = m.state || {};
-        setStatus("connected", `connected to the engine as ${m.client} · model ${m.model}`);
+        setStatus("connected", w("v_connected", {client: m.client, model: m.model}));
         break;
       case "state":
         S.state = m;
@@ -402,7 +442,7 @@
     S.chats.push(chat);
     if (S.chats.length > 50) S.chats.shift();
     if (!send({type: "chat", ref: ref, prompt: prompt, max_tokens: maxTokens, temperature: 0})) {
-      chat.status = "error"; chat.ended = true; chat.error = "not connected to the engine";
+      chat.status = "error"; chat.ended = true; chat.error = w("v_not_connected");
     }
     S.chatDirty = true;
     renderChats();
@@ -454,11 +494,11 @@
       const d = log.children[i];
       let body;
       if (c.status === "refused") {
-        body = `<div class="refused">refused · ${esc(c.error)}</div>`;
+        body = `<div class="refused">${esc(w("v_refused"))} · ${esc(c.error)}</div>`;
       } else if (c.error) {
-        body = `<div class="bot">${esc(c.text)}</div><div class="refused">failed · ${esc(c.error)}</div>`;
+        body = `<div class="bot">${esc(c.text)}</div><div class="refused">${esc(w("v_failed"))} · ${esc(c.error)}</div>`;
       } else {
-        const wait = c.status === "queued" ? `<span class="queued">queued, position ${c.position}</span> · ` : "";
+        const wait = c.status === "queued" ? `<span class="queued">${esc(w("v_queued", {n: c.position}))}</span> · ` : "";
         const ttft = c.stats.ttft_s ? ` · TTFT ${Math.round(1000 * c.stats.ttft_s)} ms` : "";
         const req = c.request !== null ? `request #${c.request} · ` : "";
         body = `<div class="bot">${esc(c.text)}${c.ended ? "" : " …"}</div>` +

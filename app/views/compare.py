@@ -1,78 +1,128 @@
-"""Compare: the same workload replayed under two configurations, side by side, with measured ratios."""
+"""Compare: the same workload replayed under two configurations, side by side, with measured
+ratios; or a lesson's recorded comparison, played side by side with no engine."""
+import math
+
 import pandas as pd
 import streamlit as st
 
-from app import browser_view, ui
+from app import browser_view, i18n, state, ui
 
-c, presenter = ui.page_setup("Compare", "One workload, two configurations, each on a fresh engine with the same "
-                             "weights. The live engine is held while a comparison runs, so each run measures only "
-                             "itself. The ratios are measured, not modelled.")
+ctx = ui.page_setup("cmp_title", "cmp_caption")
+w, lang = ctx.w, ctx.lang
 # Count-based ratios do not depend on how busy the machine was; wall-clock ones do.
 COUNT_RATIOS = ("tokens_per_step_b_over_a", "slot_steps_per_token_b_over_a")
-if c.snapshot(steps=0).state.get("comparing"):
-    st.warning("A comparison is running: the live engine is held (no live steps, traffic waits) until it ends.",
-               icon=":material/hourglass_top:")
-
+RATIO_KEYS = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "running_itl_max", "peak_running",
+              "decode_tput", "tokens_per_step", "slot_steps_per_token")
+TABLE_KEYS = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "slot_utilization", "dead_slot_fraction",
+              "kv_waste", "busy_fraction", "peak_running", "steps", "wall_s")
 PRESETS = {
     "static vs continuous": ("batching", {"policy": "static"}, {"policy": "continuous"}),
     "unchunked vs chunked": ("stall", {"policy": "continuous"}, {"policy": "chunked"}),
     "reserved vs paged": ("memory", {"kv_layout": "reserved"}, {"kv_layout": "paged"}),
     "sync vs async": ("overlap", {"runner": "sync"}, {"runner": "async"}),
 }
-p1, p2 = st.columns([2, 1])
-preset = p1.radio("what to compare", list(PRESETS), horizontal=True, key="cmp_preset", disabled=not presenter)
-scale = p2.slider("workload scale", 0.05, 1.0, 0.25, 0.05, key="cmp_scale", disabled=not presenter,
-                  help="Fewer requests run faster on a CPU; 1.0 is the benchmark's full workload.")
-workload, a_cfg, b_cfg = PRESETS[preset]
-st.caption(f"workload **{workload}** · A = `{a_cfg}` · B = `{b_cfg}`")
-if st.button("Run the comparison", key="cmp_run", type="primary", disabled=not presenter):
-    with st.spinner("Replaying the workload twice on the real engine (the live engine is held meanwhile)…"):
-        answer = ui.send(c, "compare", timeout=600, workload=workload, a=a_cfg, b=b_cfg, scale=scale)
-    if answer is not None:
-        st.session_state["cmp_result"] = answer
-    st.rerun()
 
-result = st.session_state.get("cmp_result")
+
+def run_live() -> dict | None:
+    """The presets, run on the engine (a fresh engine per side, the live one held meanwhile)."""
+    c, presenter = ctx.c, ctx.presenter
+    if c.snapshot(steps=0).state.get("comparing"):
+        st.warning(w["cmp_held"], icon=":material/hourglass_top:")
+    p1, p2 = st.columns([2, 1])
+    preset = p1.radio(w["cmp_what"], list(PRESETS), horizontal=True, key="cmp_preset", disabled=not presenter)
+    scale = p2.slider(w["cmp_scale"], 0.05, 1.0, 0.25, 0.05, key="cmp_scale", disabled=not presenter,
+                      help=w["cmp_scale_help"])
+    workload, a_cfg, b_cfg = PRESETS[preset]
+    st.caption(w["cmp_line"].format(w=workload, a=i18n.settings(a_cfg, lang), b=i18n.settings(b_cfg, lang)))
+    if st.button(w["cmp_run"], key="cmp_run", type="primary", disabled=not presenter):
+        with st.spinner(w["cmp_wait"]):
+            answer = ui.send(c, "compare", timeout=600, workload=workload, a=a_cfg, b=b_cfg, scale=scale)
+        if answer is not None:
+            st.session_state["cmp_result"] = answer
+        st.rerun()
+    return st.session_state.get("cmp_result")
+
+
+def _ratio(b: float | None, a: float | None) -> float:
+    ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and a and not math.isnan(a)
+    return b / a if ok else float("nan")
+
+
+def from_recording() -> dict | None:
+    """The recording's two runs as a comparison: their summaries (of the whole runs) and steps."""
+    rec = ctx.rec
+    if rec is None:
+        st.info(w["no_recordings"])
+        return None
+    if len(rec.runs) < 2:
+        st.info(w["cmp_one_run"])
+        return None
+    a, b = list(rec.runs.values())[:2]
+    sa, sb = a.summary, b.summary
+    ratios = {f"{k}_b_over_a": _ratio(sb.get(k), sa.get(k)) for k in RATIO_KEYS if k in sa and k in sb}
+    st.caption(w["cmp_rec"].format(lesson=rec.meta.get("lesson", rec.source), w=rec.meta.get("workload", "?"),
+                                   scale=i18n.num(rec.meta.get("scale"), 2, lang)))
+    side = lambda r: {"config": r.config, "summary": r.summary, "steps": r.steps, "label": r.label}  # noqa: E731
+    return {"a": side(a), "b": side(b), "ratios": ratios, "replay": True}
+
+
+def show_ratios(ratios: dict) -> None:
+    counted = {k: ratios[k] for k in COUNT_RATIOS if k in ratios}
+    timed = {k: v for k, v in ratios.items() if k not in counted and k.endswith("_b_over_a")}
+
+    def label(name: str) -> str:
+        key = name.removesuffix("_b_over_a")
+        return f"{w.get('k_' + key, key.replace('_', ' '))} B/A"
+
+    for title, group in ((w["count_based"], counted), (w["wall_clock"] if counted else w["measured_ratios"], timed)):
+        if not group:
+            continue
+        st.markdown(title)
+        cols = st.columns(min(4, len(group)))
+        for i, (name, value) in enumerate(group.items()):
+            cols[i % len(cols)].metric(label(name), i18n.metric(name, value, lang))
+
+
+def differs(result: dict, side: str) -> str:
+    """The settings that set this side apart (a config's other fields are the same on both)."""
+    mine, other = result[side]["config"], result["b" if side == "a" else "a"]["config"]
+    return i18n.settings({k: v for k, v in mine.items() if other.get(k) != v} or mine, lang)
+
+
+def table(result: dict) -> pd.DataFrame:
+    """Metrics as rows, A and B as columns: every value with its unit, in the page's number format."""
+    rows = {w.get("k_" + k, k): {side: i18n.metric(k, result[side]["summary"].get(k), lang) for side in ("a", "b")}
+            for k in TABLE_KEYS}
+    df = pd.DataFrame(rows).T
+    df.columns = [f"A: {differs(result, 'a')}", f"B: {differs(result, 'b')}"]
+    df.index.name = w["metric"]
+    return df
+
+
+result = from_recording() if ctx.src == "rec" else run_live()
 if not result:
-    st.info("Pick a comparison and run it.")
+    if ctx.src != "rec":
+        st.info(w["cmp_pick"])
+    state.write_url()
     st.stop()
-
-def _fmt(name: str, value: object) -> str:
-    """Ratios read as ×; fractions (KV waste, dead slots, busy) as percentages."""
-    if not isinstance(value, (int, float)):
-        return str(value)
-    if "_over_" in name:
-        return f"{value:.2f}×"
-    if "fraction" in name or "waste" in name:
-        return f"{100 * value:.0f}%"
-    return f"{value:.3g}"
-
-
-ratios = result.get("ratios", {})
-counted = {k: ratios[k] for k in COUNT_RATIOS if k in ratios}
-timed = {k: v for k, v in ratios.items() if k not in counted}
-if counted:
-    st.markdown("**Count-based** (steps and tokens: the same on a busy or a quiet machine)")
-    cols = st.columns(4)
-    for i, (name, value) in enumerate(counted.items()):
-        cols[i % 4].metric(name.replace("_", " "), _fmt(name, value))
-if timed:
-    st.markdown("**Wall-clock** (seconds: they move with the machine's load)" if counted else "**Measured ratios**")
-    cols = st.columns(min(4, len(timed)))
-    for i, (name, value) in enumerate(timed.items()):
-        cols[i % len(cols)].metric(name.replace("_", " "), _fmt(name, value))
-keys = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "slot_utilization", "dead_slot_fraction",
-        "kv_waste", "busy_fraction", "peak_running", "steps", "wall_s")
-table = pd.DataFrame({side: {k: result[side]["summary"].get(k) for k in keys} for side in ("a", "b")})
-table.columns = [f"A: {result['a']['config']}", f"B: {result['b']['config']}"]
-st.dataframe(table, width="stretch")
+show_ratios(result.get("ratios", {}))
+st.dataframe(table(result), width="stretch")
+same = {k: v for k, v in result["a"]["config"].items() if result["b"]["config"].get(k) == v}
+st.caption(f"A, B: {i18n.settings(same, lang)}")
 left, right = st.columns(2, gap="large")
 for col, side in ((left, "a"), (right, "b")):
     run = result[side]
     steps = run["steps"]
-    people: set[int] = set()  # a replay is synthetic: nobody's own chat is in it
     with col:
-        st.subheader(f"{side.upper()}: {', '.join(f'{k}={v}' for k, v in run['config'].items()) if isinstance(run['config'], dict) else run['config']}")
-        browser_view.recorded(steps, people, key=f"cmp_view_{side}", windows={"slots": 400, "stalls": 400},
-                              min_column=320, kv_height=200, caption=f"run {side.upper()}: {len(steps)} steps",
-                              height=1900)
+        st.subheader(f"{side.upper()}: {differs(result, side)}")
+        caption = w["run_steps"].format(side=side.upper(), n=i18n.num(len(steps), 0, lang))
+        kw = dict(lang=lang, projector=ctx.projector, names=ctx.charts, min_column=320, kv_height=200,
+                  caption=caption, height=1900)
+        if result.get("replay"):  # both sides play together (one player moves the other)
+            got = browser_view.replay(steps, (), key=f"cmp_view_{side}", at=state.get("at"),
+                                      speed=state.get("speed"), sync="compare", **kw)
+            if got and got.get("at") is not None:
+                state.put("at", got["at"])
+        else:  # a replay is synthetic: nobody's own chat is in it
+            browser_view.recorded(steps, (), key=f"cmp_view_{side}", windows={"slots": 400, "stalls": 400}, **kw)
+state.write_url()

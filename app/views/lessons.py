@@ -2,19 +2,20 @@
 comparison in one click, and the teacher's notes (answer keys, expected numbers, the lesson's
 figure) shown to the presenter only."""
 import json
+import os
 import tomllib
 from pathlib import Path
 
 import streamlit as st
 
-from app import ui
+from app import i18n, recording, state, ui
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 
 # Every word this page shows, in both languages (the lesson texts name these exact labels).
 WORDS = {
     "en": {
-        "title": "Lessons", "caption": "Each lesson sets up a scenario on the live engine and says what to watch.",
+        "title": "Lessons", "title_key": "Lessons", "caption": "Each lesson sets up a scenario on the live engine and says what to watch.",
         "none": "No lessons found in `{path}` yet.", "lesson": "lesson", "scenario": "Scenario",
         "setup": "Set up this scenario", "setup_ok": "Scenario running: open the Live page.",
         "compare": "Run this lesson's comparison",
@@ -28,11 +29,13 @@ WORDS = {
         "no_figure": "No saved run yet for the lesson's figure: `python -m engine.lesson {n} --save` draws it here.",
         "no_text": "(no {lang} text for this lesson)",
         "cols": ("workload", "A", "B", "metric", "A value", "B value", "B / A", "scale"),
+        "replay": "Replay this lesson's recording", "replay_help": "Its recorded comparison in the Live, Step by "
+                  "step and Compare views: no engine, no model.",
         "simulated": "host_work_ms = {ms:g}: **simulated host work**, {ms:g} ms of host-side delay added to every "
                      "step (a teaching setting, not real work).",
     },
     "pt-BR": {
-        "title": "Lessons", "caption": "Cada aula prepara um cenário no motor ao vivo e diz o que observar.",
+        "title": "Aulas", "title_key": "Aulas", "caption": "Cada aula prepara um cenário no motor ao vivo e diz o que observar.",
         "none": "Nenhuma aula em `{path}` ainda.", "lesson": "aula", "scenario": "Cenário",
         "setup": "Preparar este cenário", "setup_ok": "Cenário rodando: abra a página Live.",
         "compare": "Rodar a comparação desta aula",
@@ -47,11 +50,16 @@ WORDS = {
         "no_figure": "A figura da aula ainda não tem execução salva: `python -m engine.lesson {n} --save` a desenha aqui.",
         "no_text": "(esta aula ainda não tem texto em {lang})",
         "cols": ("carga", "A", "B", "métrica", "valor A", "valor B", "B / A", "escala"),
+        "replay": "Reproduzir a gravação desta aula", "replay_help": "A comparação gravada nas visões Ao vivo, "
+                  "Passo a passo e Comparar: sem motor, sem modelo.",
         "simulated": "host_work_ms = {ms:g}: **trabalho de host simulado**, {ms:g} ms de atraso do lado do host "
                      "somados a cada passo (um ajuste didático, não trabalho de verdade).",
     },
 }
-LANGS = ("pt-BR", "en")
+LANGS = i18n.LANGS
+# A test-only knob: FLUXO_COMPARE_SCALE shrinks every [compare] (the e2e suite runs all of them on
+# the tiny model at 0.25 of their scale, in one action per lesson as a teacher would).
+SCALE = float(os.environ.get("FLUXO_COMPARE_SCALE", "1"))
 
 
 def compares(scenario: dict) -> list[dict]:
@@ -87,7 +95,7 @@ def run_compares(c, scenario: dict, words: dict) -> list[dict] | None:
     for i, cmp_ in enumerate(todo, 1):
         with st.spinner(words["compare_wait"].format(i=i, n=len(todo))):
             answer = ui.send(c, "compare", timeout=600, workload=cmp_["workload"], a=cmp_.get("a", {}),
-                             b=cmp_.get("b", {}), scale=cmp_.get("scale", 1.0))
+                             b=cmp_.get("b", {}), scale=cmp_.get("scale", 1.0) * SCALE)
         if answer is None:
             return None
         ratio = cmp_.get("ratio", "throughput_b_over_a")
@@ -97,10 +105,6 @@ def run_compares(c, scenario: dict, words: dict) -> list[dict] | None:
                     "metric": metric, "a_value": answer.get("a", {}).get("summary", {}).get(metric),
                     "b_value": answer.get("b", {}).get("summary", {}).get(metric)})
     return out
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 3)
 
 
 def figure(folder: Path, scenario: dict, lang: str, words: dict) -> None:
@@ -116,7 +120,10 @@ def figure(folder: Path, scenario: dict, lang: str, words: dict) -> None:
     runs = measured[src]["runs"]
     rows = [{"run": name, "value": runs[name]["summary"].get(spec["metric"])} for name in spec["runs"] if name in runs]
     title = spec.get(f"title_{'pt' if lang == 'pt-BR' else 'en'}", spec["metric"])
+    # Pinned light colours: the same figure in a dark-themed browser and on a projector.
     chart = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "title": title, "data": {"values": rows},
+             "background": "#ffffff", "config": {"axis": {"labelColor": "#111111", "titleColor": "#111111"},
+                                                 "title": {"color": "#111111"}},
              "mark": {"type": "bar", "tooltip": True}, "height": 260,
              "encoding": {"x": {"field": "run", "type": "nominal", "sort": spec["runs"], "title": None},
                           "y": {"field": "value", "type": "quantitative", "title": spec.get("axis", spec["metric"])}}}
@@ -125,14 +132,13 @@ def figure(folder: Path, scenario: dict, lang: str, words: dict) -> None:
     st.vega_lite_chart(chart, width="stretch", theme=None)
 
 
-lang = st.session_state.get("lesson_lang", "pt-BR")
+ctx = ui.page_setup("lessons_title", "lessons_caption", needs_engine=True)
+c, presenter, lang = ctx.c, ctx.presenter, ctx.lang
 words = WORDS[lang if lang in WORDS else "en"]
-c, presenter = ui.page_setup(words["title"], words["caption"])
 dirs = lesson_dirs()
 if not dirs:
     st.info(words["none"].format(path=LESSONS))
     st.stop()
-lang = st.radio("idioma / language", LANGS, horizontal=True, key="lesson_lang")
 scenarios = {d.name: tomllib.loads((d / "scenario.toml").read_text()) for d in dirs}
 
 
@@ -141,7 +147,16 @@ def _title(name: str) -> str:
     return f"{meta['number']} · {meta['title_pt'] if lang == 'pt-BR' else meta['title_en']}"
 
 
-name = st.selectbox(words["lesson"], list(scenarios), key="lesson_name", format_func=_title)
+def _replay(name: str) -> None:
+    """Before the next run draws the sidebar: the source becomes this lesson's recording."""
+    for key, value in (("src", "rec"), ("rec", name)):
+        st.session_state[key] = value
+        state.put(key, value)
+    state.put("at", None)
+
+
+name = state.widget("lesson", "lesson_name", st.selectbox, words["lesson"], options=list(scenarios),
+                    format_func=_title)
 folder, scenario = LESSONS / name, scenarios[name]
 left, right = st.columns([5, 2], gap="large")
 with right:
@@ -167,6 +182,10 @@ with right:
         if results is not None:
             st.session_state["lesson_compare_result"] = {"lesson": name, "results": results}
         st.rerun()
+    if name in recording.lesson_recordings() and st.button(
+            words["replay"], key="lesson_replay", icon=":material/replay:", help=words["replay_help"],
+            on_click=_replay, args=(name,)):
+        st.switch_page("views/live.py")
     watch = scenario.get("watch")
     if watch:
         st.markdown(f"**{words['watch']}**")
@@ -177,9 +196,12 @@ with left:
         st.success(words["compare_ok"])
         st.markdown(f"**{words['results']}**")
         cols = words["cols"]
-        st.dataframe([{cols[0]: r["workload"], cols[1]: json.dumps(r["a"]), cols[2]: json.dumps(r["b"]),
-                       cols[3]: r["metric"], cols[4]: _round(r["a_value"]), cols[5]: _round(r["b_value"]),
-                       cols[6]: _round(r["value"]), cols[7]: r["scale"]}
+        w = ctx.w
+        st.dataframe([{cols[0]: r["workload"], cols[1]: i18n.settings(r["a"], lang),
+                       cols[2]: i18n.settings(r["b"], lang), cols[3]: w.get("k_" + r["metric"], r["metric"]),
+                       cols[4]: i18n.metric(r["metric"], r["a_value"], lang),
+                       cols[5]: i18n.metric(r["metric"], r["b_value"], lang),
+                       cols[6]: i18n.num(r["value"], 2, lang, "×"), cols[7]: i18n.num(r["scale"], 2, lang)}
                       for r in done["results"]], width="stretch")
     text_path = folder / f"{lang}.md"
     st.markdown(text_path.read_text() if text_path.exists() else words["no_text"].format(lang=lang))
@@ -191,3 +213,4 @@ with left:
             with st.expander(words["teacher"], expanded=False, icon=":material/school:"):
                 st.markdown(teacher_path.read_text())
                 figure(folder, scenario, lang, words)
+state.write_url()

@@ -54,7 +54,7 @@ def start_streamlit(tmp: Path, engine_url: str, address: str = "127.0.0.1",
     env.update(env_extra or {})
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.headless", "true",
                              "--server.address", address, "--server.port", str(port),
-                             "--browser.gatherUsageStats", "false"],
+                             "--browser.gatherUsageStats", "false", "--theme.base", "light"],
                             cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     end = time.time() + 60

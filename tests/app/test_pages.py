@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def loopback_page():
 
 def views(at: AppTest) -> list[dict]:
     """The arguments of every browser view (``app/browser_view.py``) on the page."""
-    return [json.loads(el.proto.json_args) for el in at.get("component_instance")]
+    return [json.loads(el.proto.json_args) for el in at.get("component_instance")
+            if el.proto.component_name.endswith("fluxo_view")]
 
 
 @pytest.fixture
@@ -161,7 +163,7 @@ def test_lessons_page_sets_up_a_scenario(page, probe):
     names = at.selectbox(key="lesson_name").options
     if not names:
         pytest.skip("no lessons in lessons/ yet")
-    assert at.radio(key="lesson_lang").options == ["pt-BR", "en"]
+    assert at.radio(key="lang").options == ["en", "pt-BR"]
     import tomllib
 
     lesson = at.selectbox(key="lesson_name").value  # the folder (the options show titles)
@@ -173,7 +175,7 @@ def test_lessons_page_sets_up_a_scenario(page, probe):
         assert config.get(k) == v, (k, config.get(k), v)
     if scenario.get("traffic"):
         assert wait_for(lambda: probe.state.get("traffic"))
-    at.radio(key="lesson_lang").set_value("en").run()
+    at.radio(key="lang").set_value("pt-BR").run()
     assert at.markdown
 
 
@@ -206,3 +208,67 @@ def test_exposed_page_without_token_has_no_presenter(page, probe):
         assert at.radio(key="ctl_policy").disabled and at.button(key="tr_start").disabled
         assert not at.text_input  # no token to type: the page holds none to check it against
         assert any("beyond loopback" in c.value for c in at.sidebar.caption)
+
+
+# -- replay: no engine at all ------------------------------------------------------------------
+REC = "02-oven-vs-flow"
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """The page with an engine URL that answers nothing (a closed port)."""
+    from servers import free_port
+
+    monkeypatch.setenv("FLUXO_ENGINE_URL", f"ws://127.0.0.1:{free_port()}")
+    monkeypatch.delenv("FLUXO_TOKEN", raising=False)
+
+    def run(name: str, **query: str) -> AppTest:
+        at = AppTest.from_file(str(APP / "views" / f"{name}.py"), default_timeout=60)
+        at.query_params.update(query)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    return run
+
+
+def test_live_falls_back_to_a_recording(offline):
+    from app.recording import load
+
+    at = offline("live", rec=REC)
+    assert any("not reachable" in w.value for w in at.warning)
+    assert at.radio(key="src").value == "rec" and at.selectbox(key="rec").value == REC
+    (view,) = views(at)
+    run = load(APP.parent / "lessons" / REC / "recording.jsonl").runs["a"]
+    assert view["mode"] == "replay" and [r["step"] for r in view["steps"]] == [r["step"] for r in run.steps]
+    assert [m.label for m in at.metric][:2] == ["useful tokens/s", "TTFT p50"]
+    assert at.query_params["src"] == "rec" and at.query_params["rec"] == REC
+    at.selectbox(key="run").set_value("b").run()
+    assert views(at)[0]["steps"][0]["policy"] == "continuous" and at.query_params["run"] == "b"
+
+
+def test_step_by_step_on_a_recording_follows_the_url(offline):
+    at = offline("step", src="rec", rec=REC, at="40", lang="pt-BR")
+    assert at.title[0].value == "Passo a passo"
+    assert at.subheader[0].value.startswith("Passo 40 ·")
+    at.button(key="fwd").click().run()
+    assert at.subheader[0].value.startswith("Passo 41 ·") and at.query_params["at"] == "41"
+    assert list(at.dataframe[0].value.columns[:4]) == ["slot", "requisição", "quem", "fase"]
+    (view,) = views(at)
+    assert view["mode"] == "static" and view["steps"][-1]["step"] == 41 and view["lang"] == "pt-BR"
+    assert "step_once" not in [b.key for b in at.button]  # no engine controls on a recording
+
+
+def test_compare_on_a_recording_is_formatted(offline):
+    at = offline("compare", src="rec", rec=REC, lang="pt-BR")
+    a, b = views(at)
+    assert a["mode"] == b["mode"] == "replay" and a["sync"] == b["sync"] == "compare"
+    table = at.dataframe[0].value
+    assert list(table.columns) == ["A: política static", "B: política continuous"]
+    cells = [str(v) for v in table.to_numpy().ravel()]
+    # Every value with its unit in Portuguese number format: no raw floats such as 16.5884.
+    assert all(re.fullmatch(r"—|-?[\d.]+(,\d+)?( ms| s|%)?", c) for c in cells), cells
+    assert any("," in c for c in cells)
+    assert [m.label for m in at.metric][0].endswith("B/A")
+    assert all("×" in m.value for m in at.metric)
+

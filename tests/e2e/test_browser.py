@@ -9,71 +9,10 @@ beyond loopback makes a fresh session a viewer whose presenter messages the engi
 from __future__ import annotations
 
 import json
-import sys
-import time
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
-from servers import start_engine, start_streamlit, stop  # noqa: E402
-
-from app.client import EngineClient  # noqa: E402
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
-VIEW = "iframe[src*='fluxo_view']"
-
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium "
-                                "(.ci/run installs it with apt-get)")
-
-
-def wait(fn, timeout: float = 30.0, every: float = 0.2):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(every)
-    return fn()
-
-
-def view(page, i: int = 0):
-    """The i-th browser view's frame, once its script has its arguments."""
-    el = page.locator(VIEW).nth(i)
-    el.wait_for(state="attached", timeout=60_000)
-    frame = el.element_handle().content_frame()
-    frame.wait_for_function("() => window.fluxo && window.fluxo.args", timeout=60_000)
-    return frame
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("lab")
-    engine, ws_url = start_engine(tmp, "--slots", "8", "--policy", "static")
-    try:
-        page, http_url = start_streamlit(tmp, ws_url)
-    except Exception:
-        stop(engine)
-        raise
-    probe = EngineClient(ws_url, history=10)
-    assert probe.wait_connected(15)
-    yield ws_url, http_url, probe
-    probe.close()
-    stop(page)
-    stop(engine)
+from browsing import ARTIFACTS, VIEW, view, wait
+from servers import start_engine, start_streamlit, stop
 
 
 def test_the_lab_in_a_browser(lab, browser):
@@ -81,6 +20,7 @@ def test_the_lab_in_a_browser(lab, browser):
 
     ws_url, http_url, probe = lab
     ARTIFACTS.mkdir(exist_ok=True)
+    probe.request("control", policy="static")
     page = browser.new_page(viewport={"width": 1600, "height": 2600})
     page.set_default_timeout(30_000)
     expect.set_options(timeout=30_000)
@@ -116,7 +56,6 @@ def test_the_lab_in_a_browser(lab, browser):
         canvas: document.querySelector('#chart-slots canvas').toDataURL() !== window.__first.canvas,
         rows: fluxo.rows['slots/spans'].size})""")
     assert same == {"marker": 42, "views": True, "canvas": True, "rows": same["rows"]} and same["rows"] > 8, same
-    time.sleep(3)
     page.screenshot(path=str(ARTIFACTS / "02-static-traffic.png"))
 
     # Step end -> its mark in the browser: how old each new step is when the view shows it.
@@ -136,7 +75,6 @@ def test_the_lab_in_a_browser(lab, browser):
     page.get_by_text("continuous", exact=True).first.click()
     assert wait(lambda: probe.state.get("config", {}).get("policy") == "continuous", 30)
     expect(box.locator("#fluxo-last-step")).to_contain_text("continuous", timeout=30_000)
-    time.sleep(4)
     page.screenshot(path=str(ARTIFACTS / "03-continuous-traffic.png"))
     kept = frame.evaluate("() => window.__marker === 42 && Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k])")
     assert kept, "a rerun of the Streamlit script must not reload or rebuild the view"
@@ -161,7 +99,6 @@ def test_the_lab_in_a_browser(lab, browser):
     expect(page.get_by_role("heading", name=f"Step {before + 1} ·")).to_be_visible()
     step_view = page.frame_locator(VIEW)
     expect(step_view.locator("#fluxo-last-step")).to_contain_text(f"step {before + 1} ", timeout=30_000)
-    time.sleep(1)
     page.screenshot(path=str(ARTIFACTS / "04-step-by-step.png"))
     page.get_by_role("button", name="Resume").click()
     assert wait(lambda: not probe.state.get("paused"), 30)
@@ -186,12 +123,11 @@ def test_compare_in_a_browser(lab, browser):
     for frame in (a, b):
         frame.wait_for_function("() => fluxo.renders >= 1 && Object.keys(fluxo.views).length === 4", timeout=60_000)
         assert frame.evaluate("() => fluxo.mode") == "static" and frame.evaluate("() => fluxo.ws") is None
-    time.sleep(1)
     page.screenshot(path=str(ARTIFACTS / "05-compare.png"), full_page=True)
     page.close()
 
 
-SESSIONS = 5  # several tabs at once (the `page` benchmark sends ten: python -m engine.bench page)
+SESSIONS = 3  # several tabs at once (the `page` benchmark sends ten: python -m engine.bench page)
 
 
 def test_sessions_chat_at_once(lab, browser):

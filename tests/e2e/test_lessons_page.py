@@ -1,6 +1,7 @@
 """The Lessons page against the real server (tiny model): every [compare] of every lesson runs from
-the page in one action (Debian's chromium, playwright), and a viewer's session never receives a
-lesson's teacher part (answer keys, expected numbers) while the presenter's does (AppTest)."""
+the page in one action (Debian's chromium, playwright; at a quarter of each comparison's scale, on
+the session's one lab), and a viewer's session never receives a lesson's teacher part (answer
+keys, expected numbers) while the presenter's does (AppTest)."""
 from __future__ import annotations
 
 import sys
@@ -12,15 +13,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
-from servers import start_engine, start_streamlit, stop  # noqa: E402
+from servers import start_engine, stop  # noqa: E402
 
 from engine.lab.scenario import compares  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted(p for p in (ROOT / "lessons").iterdir() if (p / "scenario.toml").exists())
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
 # Headings only the teacher's part has, in both languages.
 TEACHER_ONLY = ("Answer key", "Gabarito", "Common misconceptions", "Concepções erradas comuns",
                 "Expected numbers on the Live page", "Números esperados na página Live")
@@ -57,7 +55,7 @@ def test_a_viewer_never_gets_an_answer_key(tmp_path, monkeypatch, loopback_page)
         at = _lesson_page(url, monkeypatch)
         assert at.button(key="lesson_setup").disabled and at.button(key="lesson_compare").disabled
         for lang in ("pt-BR", "en"):
-            at.radio(key="lesson_lang").set_value(lang).run()
+            at.radio(key="lang").set_value(lang).run()
             for i, name in enumerate(at.selectbox(key="lesson_name").options):
                 at.selectbox(key="lesson_name").select_index(i).run()
                 assert not at.exception and at.selectbox(key="lesson_name").value == LESSONS[i].name
@@ -73,14 +71,14 @@ def test_the_presenter_gets_the_teacher_part(tmp_path, monkeypatch, loopback_pag
     proc, url = start_engine(tmp_path)  # loopback, no token: this page is the presenter
     try:
         at = _lesson_page(url, monkeypatch)
-        at.radio(key="lesson_lang").set_value("en").run()
+        at.radio(key="lang").set_value("en").run()
         # The list reads as numbered, translated titles; the value is the lesson's folder.
         assert at.selectbox(key="lesson_name").options[0] == "0 · Anatomy of a request"
         for i, path in enumerate(LESSONS):
             at.selectbox(key="lesson_name").select_index(i).run()
             assert at.selectbox(key="lesson_name").value == path.name
             assert len(at.expander) == 1 and "Answer key" in _texts(at), path.name
-        at.radio(key="lesson_lang").set_value("pt-BR").run()
+        at.radio(key="lang").set_value("pt-BR").run()
         at.selectbox(key="lesson_name").select_index(0).run()
         assert at.selectbox(key="lesson_name").options[0] == "0 · Anatomia de uma requisição"
         assert "Gabarito" in _texts(at) and at.button(key="lesson_compare").label == "Rodar a comparação desta aula"
@@ -94,47 +92,29 @@ def test_the_presenter_gets_the_teacher_part(tmp_path, monkeypatch, loopback_pag
         stop(proc)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("lessons-lab")
-    engine, ws_url = start_engine(tmp)
-    try:
-        page, http_url = start_streamlit(tmp, ws_url)
-    except Exception:
-        stop(engine)
-        raise
-    yield ws_url, http_url
-    stop(page)
-    stop(engine)
-
-
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium")
-def test_every_compare_of_every_lesson_runs_from_the_page(lab):
+def test_every_compare_of_every_lesson_runs_from_the_page(lab, browser):
     """One click per lesson ("Run this lesson's comparison") runs all of its [compare] tables."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    _, http_url = lab
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 2000})
-        page.set_default_timeout(120_000)
-        expect.set_options(timeout=120_000)  # a shared 2-core machine reruns the page slowly
-        page.goto(http_url)
-        page.get_by_role("link", name="Lessons").click()
-        page.get_by_text("en", exact=True).first.click()
-        expect(page.get_by_role("button", name="Run this lesson's comparison")).to_be_visible()
-        for folder in LESSONS:
-            scenario = tomllib.loads((folder / "scenario.toml").read_text())
-            title = f"{scenario['lesson']['number']} · {scenario['lesson']['title_en']}"
-            page.locator('[data-testid="stSelectbox"]').first.click()
-            page.get_by_role("option", name=title, exact=True).click()
-            expect(page.get_by_role("heading", name=scenario["lesson"]["title_en"]).first).to_be_visible()
-            t0 = time.time()
-            page.get_by_role("button", name="Run this lesson's comparison").click()
-            expect(page.get_by_text("Comparison done")).to_be_visible(timeout=600_000)
-            table = page.locator('[data-testid="stDataFrame"]').first
-            expect(table).to_be_visible()
-            rows = table.locator('[role="row"]')  # header + one row per comparison
-            expect(rows).to_have_count(len(compares(scenario)) + 1)
-            print(f"{folder.name}: {len(compares(scenario))} comparison(s) in {time.time() - t0:.1f} s")
-        browser.close()
+    _, http_url, probe = lab
+    probe.request("traffic", action="stop")
+    page = browser.new_page(viewport={"width": 1600, "height": 2000})
+    page.set_default_timeout(120_000)
+    expect.set_options(timeout=120_000)  # a shared 2-core machine reruns the page slowly
+    page.goto(http_url + "/lessons?lang=en&src=live")
+    expect(page.get_by_role("button", name="Run this lesson's comparison")).to_be_visible()
+    for folder in LESSONS:
+        scenario = tomllib.loads((folder / "scenario.toml").read_text())
+        title = f"{scenario['lesson']['number']} · {scenario['lesson']['title_en']}"
+        page.locator(".st-key-lesson_name [data-testid='stSelectbox']").click()
+        page.get_by_role("option", name=title, exact=True).click()
+        expect(page.get_by_role("heading", name=scenario["lesson"]["title_en"]).first).to_be_visible()
+        t0 = time.time()
+        page.get_by_role("button", name="Run this lesson's comparison").click()
+        expect(page.get_by_text("Comparison done")).to_be_visible(timeout=600_000)
+        table = page.locator('[data-testid="stDataFrame"]').first
+        expect(table).to_be_visible()
+        rows = table.locator('[role="row"]')  # header + one row per comparison
+        expect(rows).to_have_count(len(compares(scenario)) + 1)
+        print(f"{folder.name}: {len(compares(scenario))} comparison(s) in {time.time() - t0:.1f} s")
+    page.close()

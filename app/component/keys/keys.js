@@ -1,0 +1,99 @@
+/* Presenter keys for the whole page (a clicker sends Page Down / Page Up):
+ *
+ *   Page Down / Page Up  Step by step: the next / previous recorded step (its Forward / Back buttons);
+ *                        a replay view: one step; Lessons: the next / previous section heading.
+ *   space                play / pause every replay view on the page.
+ *   ?                    this help, over the page (Esc closes it).
+ *
+ * The component is same-origin with the page (Streamlit serves it), so it listens on the page's
+ * document and acts on the page's own buttons; the views forward the keys pressed inside them.
+ */
+(function () {
+  "use strict";
+  const top = window.parent;
+  const doc = top.document;
+  let args = {words: {}};
+
+  function w(k) { return args.words[k] || k; }
+  function views() {
+    return Array.from(doc.querySelectorAll("iframe[src*='fluxo_view']"))
+      .map(f => { try { return f.contentWindow.fluxo; } catch (e) { return null; } })
+      .filter(v => v && v.mode === "replay");
+  }
+  function button(key) { return doc.querySelector(`.st-key-${key} button:not([disabled])`); }
+
+  function section(dir) {
+    const heads = Array.from(doc.querySelectorAll("[data-testid='stMain'] h2, [data-testid='stMain'] h3"))
+      .filter(h => h.offsetParent !== null);
+    if (!heads.length) return false;
+    const y = h => h.getBoundingClientRect().top;
+    const target = dir > 0 ? heads.find(h => y(h) > 12) : heads.slice().reverse().find(h => y(h) < -12);
+    (target || heads[dir > 0 ? heads.length - 1 : 0]).scrollIntoView({block: "start", behavior: "instant"});
+    return true;
+  }
+
+  function stepKey(dir) {
+    const b = button(dir > 0 ? "fwd" : "back");
+    if (b) { b.click(); return; }
+    const vs = views();
+    if (vs.length) { vs.forEach(v => v.stepBy(dir)); return; }
+    section(dir);
+  }
+
+  function overlay(show) {
+    let el = doc.getElementById("fluxo-keys-help");
+    if (show === undefined) show = !el;
+    if (!show) { if (el) el.remove(); return; }
+    if (el) return;
+    el = doc.createElement("div");
+    el.id = "fluxo-keys-help";
+    el.setAttribute("role", "dialog");
+    el.style.cssText = "position:fixed;inset:0;z-index:1000000;background:rgba(0,0,0,.55);display:flex;" +
+      "align-items:center;justify-content:center;font-family:system-ui,sans-serif";
+    const rows = [["Page Down", w("k_pgdn")], ["Page Up", w("k_pgup")], ["␣", w("k_space")], ["?", w("k_help")]];
+    el.innerHTML = `<div style="background:#fff;color:#111;padding:28px 36px;border-radius:12px;font-size:24px;` +
+      `max-width:900px"><h2 style="margin:0 0 16px 0;font-size:32px">${w("k_title")}</h2><table>` +
+      rows.map(([k, d]) => `<tr><td style="padding:6px 24px 6px 0"><kbd style="border:2px solid #444;` +
+        `border-radius:6px;padding:2px 10px;font-weight:700">${k}</kbd></td><td>${d}</td></tr>`).join("") +
+      `</table><p style="color:#555;font-size:18px;margin:16px 0 0 0">${w("k_close")}</p></div>`;
+    el.addEventListener("click", () => overlay(false));
+    doc.body.appendChild(el);
+  }
+
+  function onKey(ev) {
+    const tag = (ev.target && ev.target.tagName) || "";
+    const typing = tag === "INPUT" || tag === "TEXTAREA" || (ev.target && ev.target.isContentEditable);
+    if (typing || ev.ctrlKey || ev.metaKey || ev.altKey) return false;
+    if (ev.key === "PageDown" || ev.key === "PageUp") {
+      ev.preventDefault();
+      stepKey(ev.key === "PageDown" ? 1 : -1);
+    } else if (ev.key === " " && tag !== "BUTTON" && tag !== "SELECT") {
+      const vs = views();
+      if (!vs.length) return false;
+      ev.preventDefault();
+      vs.forEach(v => v.togglePlay());
+    } else if (ev.key === "?") {
+      overlay();
+    } else if (ev.key === "Escape") {
+      overlay(false);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  top.__fluxoKeys = onKey;  // the latest page's handler (the views forward their keys here)
+  top.__fluxoHelp = overlay;
+  if (!top.__fluxoKeysInstalled) {
+    top.__fluxoKeysInstalled = true;
+    doc.addEventListener("keydown", ev => top.__fluxoKeys && top.__fluxoKeys(ev));
+  }
+  window.addEventListener("message", ev => {
+    if (ev.data && ev.data.type === "streamlit:render") {
+      args = ev.data.args || args;
+      top.__fluxoKeysReady = true;
+    }
+  });
+  window.parent.postMessage({isStreamlitMessage: true, type: "streamlit:componentReady", apiVersion: 1}, "*");
+  window.parent.postMessage({isStreamlitMessage: true, type: "streamlit:setFrameHeight", height: 0}, "*");
+})();

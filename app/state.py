@@ -1,0 +1,114 @@
+"""The page's shareable state: what the URL holds, and the source of the steps (engine or recording).
+
+The URL's query string holds the language, the source (``src=live`` or ``rec``), the recording
+(a lesson's folder, ``rec=02-oven-vs-flow``), its run, the replay position (``at``, a step
+number) and speed, the lesson shown, projector mode and the single full-screen chart; the path
+holds the view (``/step``, ``/compare``, ``/lessons``). A copied link reopens the same picture:
+on a session's first run the query string seeds the widgets, and every run writes it back.
+
+Widgets of one page are forgotten by Streamlit when another page runs, so the values live in a
+plain session dict (``_url``) as well, and each widget is seeded from it when it is drawn.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import streamlit as st
+
+from app import recording
+
+# name in the URL -> how to read it back from the query string
+PARAMS: dict[str, Callable[[str], Any]] = {
+    "lang": str, "src": str, "rec": str, "run": str, "at": int, "speed": float, "lesson": str,
+    "projector": lambda v: v in ("1", "true", "on"), "chart": str,
+}
+DEFAULTS = {"lang": "en", "projector": False, "chart": "all", "speed": 1.0}
+
+
+def url() -> dict[str, Any]:
+    """The session's shareable state, seeded once from the query string."""
+    state = st.session_state.get("_url")
+    if state is None:
+        state = {}
+        for name, value in st.query_params.items():
+            try:
+                if name in PARAMS:
+                    state[name] = PARAMS[name](value)
+            except ValueError:
+                pass  # a hand-edited link with a bad number: ignore that part
+        st.session_state["_url"] = state
+    return state
+
+
+def get(name: str, default: Any = None) -> Any:
+    return url().get(name, DEFAULTS.get(name, default))
+
+
+def put(name: str, value: Any) -> None:
+    url()[name] = value
+
+
+def widget(name: str, key: str, draw: Callable[..., Any], *args: Any, options: Sequence | None = None,
+           **kw: Any) -> Any:
+    """Draw a widget whose value is shareable: seeded from the URL state, written back after."""
+    saved = url().get(name, DEFAULTS.get(name))
+    if key not in st.session_state and saved is not None and (options is None or saved in options):
+        st.session_state[key] = saved
+    if options is not None:
+        value = draw(*args, options, key=key, **kw)
+    else:
+        value = draw(*args, key=key, **kw)
+    url()[name] = value
+    return value
+
+
+def write_url() -> None:
+    """The query string from the state (defaults left out, so links stay short)."""
+    state = {k: v for k, v in url().items() if v is not None and DEFAULTS.get(k) != v}
+    params = {k: ("1" if v is True else str(v)) for k, v in state.items() if v is not False}
+    if dict(st.query_params) != params:
+        st.query_params.from_dict(params)
+
+
+def recording_title(name: str) -> str:
+    return f"{name[:2]} · {name[3:].replace('-', ' ')}" if name[:2].isdigit() else name
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _load_cached(path: str, mtime: float) -> recording.Recording:
+    return recording.load(Path(path))
+
+
+@lru_cache(maxsize=8)
+def _parse_cached(data: bytes) -> recording.Recording:
+    return recording.parse(data, source="upload")
+
+
+def choose_recording(w: dict[str, str]) -> recording.Recording | None:
+    """Sidebar: a lesson's recording or an uploaded file; a bad file gets its message, not a crash."""
+    recs = recording.lesson_recordings()
+    options = [*recs, "upload"]
+    if url().get("rec") not in options and url().get("lesson") in recs:
+        put("rec", url()["lesson"])
+    name = widget("rec", "rec", st.selectbox, w["recording"], options=options,
+                  format_func=lambda n: w["upload"] if n == "upload" else recording_title(n))
+    try:
+        if name == "upload":
+            file = st.file_uploader(w["upload"], type=["jsonl", "json", "txt"], key="rec_file", help=w["upload_help"])
+            return _parse_cached(file.getvalue()) if file is not None else None
+        path = recs[name]
+        return _load_cached(str(path), path.stat().st_mtime)
+    except recording.BadRecording as exc:
+        st.error(w["bad_recording"].format(message=exc.message), icon=":material/error:")
+        return None
+
+
+def choose_run(rec: recording.Recording, w: dict[str, str]) -> recording.Run:
+    runs = list(rec.runs)
+    if len(runs) == 1:
+        return rec.runs[runs[0]]
+    name = widget("run", "run", st.selectbox, w["run"], options=runs,
+                  format_func=lambda k: f"{k.upper()}: {rec.runs[k].label}")
+    return rec.runs[name]

@@ -1,0 +1,62 @@
+"""One lab per test session for every browser test: a real engine (tiny model) and the real page,
+plus a page with no engine at all (replay), and one Chromium. Starting a lab costs ~15-30 s on a
+shared 2-core machine; each e2e file used to start its own."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from browsing import ARGS, CHROMIUM, COMPARE_SCALE  # noqa: E402
+from servers import free_port, start_engine, start_streamlit, stop  # noqa: E402
+
+from app.client import EngineClient  # noqa: E402
+
+
+def pytest_collection_modifyitems(items):
+    if not CHROMIUM.exists():
+        skip = pytest.mark.skip(reason="Debian chromium is not installed at /usr/bin/chromium "
+                                "(.ci/run installs it with apt-get)")
+        for item in items:
+            if "browser" in getattr(item, "fixturenames", ()):
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """The engine (tiny model, 8 slots) and the page; a probe client checks what the page did."""
+    tmp = tmp_path_factory.mktemp("lab")
+    engine, ws_url = start_engine(tmp, "--slots", "8")
+    try:
+        page, http_url = start_streamlit(tmp, ws_url, env_extra={"FLUXO_COMPARE_SCALE": COMPARE_SCALE})
+    except Exception:
+        stop(engine)
+        raise
+    probe = EngineClient(ws_url, history=10)
+    assert probe.wait_connected(15)
+    yield ws_url, http_url, probe
+    probe.close()
+    stop(page)
+    stop(engine)
+
+
+@pytest.fixture(scope="session")
+def offline(tmp_path_factory):
+    """The page alone: its engine URL answers nothing (a closed port), as on a laptop at home."""
+    tmp = tmp_path_factory.mktemp("offline")
+    page, http_url = start_streamlit(tmp, f"ws://127.0.0.1:{free_port()}")
+    yield http_url
+    stop(page)

@@ -1,0 +1,129 @@
+"""Recorded sessions in a real browser, with NO engine server: the page (its engine URL answers
+nothing) falls back to a shipped lesson recording and every view replays it; the URL holds the
+view, language, recording and step, so a copied link reopens the same picture; the presenter's
+keys (Page Down / Page Up, space, ?) work; projector mode shows one large chart. Screenshots in
+pt-BR and in projector mode go to tests/artifacts/ (08-replay-pt-BR.png, 09-projector.png,
+10-step-pt-BR.png, 11-compare-replay.png)."""
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlsplit
+
+from browsing import ARTIFACTS, VIEW, view
+
+REC = "02-oven-vs-flow"  # static vs continuous: dead slots on one side, none on the other
+
+
+def params(url: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
+def step_shown(frame) -> int:
+    return int(frame.locator("#rp-pos").get_attribute("data-step"))
+
+
+def test_every_view_replays_a_recording_without_an_engine(offline, browser):
+    from playwright.sync_api import expect
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1500, "height": 1900})
+    page.set_default_timeout(60_000)
+    expect.set_options(timeout=60_000)
+    page.goto(f"{offline}/?lang=pt-BR&rec={REC}")
+    # Live: the engine does not answer, so the page says so and replays the lesson's recording.
+    expect(page.get_by_role("heading", name="Ao vivo")).to_be_visible()
+    expect(page.get_by_text("não responde: mostrando uma gravação")).to_be_visible()
+    frame = view(page)
+    frame.wait_for_function("() => fluxo.mode === 'replay' && fluxo.all.length > 50 && fluxo.renders > 0")
+    assert frame.evaluate("() => fluxo.ws") is None and sorted(frame.evaluate("() => Object.keys(fluxo.views)")) == [
+        "kv", "lanes", "slots", "stalls"]
+    total = frame.evaluate("() => fluxo.all.length")
+    frame.locator("#rp-speed").select_option("8")
+    frame.locator("#rp-play").click()  # from the end, play starts again at the first step
+    frame.wait_for_function("() => fluxo.player.playing && fluxo.player.cursor >= 5")
+    page.locator("h1").click()  # focus on the page, not in the view: the page's own key handler
+    page.keyboard.press(" ")
+    frame.wait_for_function("() => !fluxo.player.playing")
+    at = step_shown(frame)
+    assert 5 <= frame.evaluate("() => fluxo.player.cursor") < total - 1
+    assert frame.evaluate("() => fluxo.buffer.length") == frame.evaluate("() => fluxo.player.cursor") + 1
+    page.wait_for_function(f"() => location.search.includes('at={at}')")  # paused: the step is in the URL
+    assert params(page.url) | {"at": str(at)} == params(page.url) and params(page.url)["lang"] == "pt-BR"
+    expect(frame.locator("#rp-pos")).to_contain_text(f"passo {at} ·")
+    page.screenshot(path=str(ARTIFACTS / "08-replay-pt-BR.png"))
+
+    # Step by step opens at the same step; Page Down / Page Up walk the recorded steps.
+    page.get_by_role("link", name="Passo a passo").click()
+    expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at} ·"))).to_be_visible()
+    page.keyboard.press("PageDown")
+    expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible()
+    page.keyboard.press("PageDown")
+    expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 2} ·"))).to_be_visible()
+    page.keyboard.press("PageUp")
+    expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible()
+    page.wait_for_function(f"() => location.search.includes('at={at + 1}') && location.pathname.endsWith('/step')")
+    expect(page.get_by_text("Composição do lote")).to_be_visible()
+    page.keyboard.press("?")  # the keys' help, over the page
+    expect(page.locator("#fluxo-keys-help")).to_contain_text("Teclas de apresentação")
+    page.screenshot(path=str(ARTIFACTS / "10-step-pt-BR.png"))
+    page.keyboard.press("Escape")
+    expect(page.locator("#fluxo-keys-help")).to_have_count(0)
+    link = page.url
+
+    # Compare: both runs side by side, playing together (one player moves the other).
+    page.get_by_role("link", name="Comparar").click()
+    expect(page.get_by_role("heading", name=re.compile("^A: política static"))).to_be_visible()
+    a, b = view(page, 0), view(page, 1)
+    for f in (a, b):
+        f.wait_for_function("() => fluxo.mode === 'replay' && Object.keys(fluxo.views).length === 4")
+    a.locator("#rp-start").click()
+    a.locator("#rp-speed").select_option("8")
+    a.locator("#rp-play").click()
+    b.wait_for_function("() => fluxo.player.playing && fluxo.player.cursor >= 3")
+    page.keyboard.press(" ")  # space pauses both
+    a.wait_for_function("() => !fluxo.player.playing")
+    b.wait_for_function("() => !fluxo.player.playing")
+    page.screenshot(path=str(ARTIFACTS / "11-compare-replay.png"), full_page=True)
+    page.close()
+
+    # A copied link reopens the same view and step, in a fresh browser session.
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1400})
+    fresh = ctx.new_page()
+    fresh.goto(link)
+    expect(fresh.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible(timeout=60_000)
+    assert params(fresh.url)["rec"] == REC and params(fresh.url)["lang"] == "pt-BR"
+    ctx.close()
+
+
+def test_projector_mode_shows_one_large_chart(offline, browser):
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.goto(f"{offline}/?src=rec&rec={REC}&run=a&projector=1&chart=slots&at=60")
+    frame = view(page)
+    frame.wait_for_function("() => fluxo.renders > 0 && Object.keys(fluxo.views).length === 1")
+    assert frame.evaluate("() => Object.keys(fluxo.views)") == ["slots"]
+    assert frame.evaluate("() => document.body.classList.contains('projector')")
+    assert frame.evaluate("() => fluxo.buffer[fluxo.buffer.length - 1].step") == 60
+    expect(page.locator(VIEW)).to_be_visible()
+    # Large type: the chart's axis labels are drawn at 1.35 x the classroom size.
+    assert frame.evaluate("() => fluxo.args.specs.slots.config.axis.labelFontSize") >= 21
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ARTIFACTS / "09-projector.png"))
+    page.close()
+
+
+def test_page_down_walks_the_lesson_sections(offline, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{offline}/lessons?lang=en&lesson={REC}")
+    page.get_by_role("heading", name="The oven vs the flow").first.wait_for(timeout=60_000)
+    page.wait_for_function("() => window.__fluxoKeysReady === true", timeout=60_000)
+    tops = "() => Array.from(document.querySelectorAll('[data-testid=stMain] h2')).map(h => " \
+           "Math.round(h.getBoundingClientRect().top))"
+    before = page.evaluate(tops)
+    page.locator("h1").click()
+    page.keyboard.press("PageDown")
+    page.wait_for_function(f"() => ({tops})().some(t => Math.abs(t) < 30)")
+    after = page.evaluate(tops)
+    assert after != before and any(abs(t) < 30 for t in after), (before, after)
+    page.close()
