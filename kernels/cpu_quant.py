@@ -39,6 +39,7 @@ from memory (the lm head: 10x at 1 row, 2.4x at 8) and lose to oneDNN once the r
 product compute-bound (32 rows: they re-expand each block per 4 rows); above
 ``engine.quant.DEQUANT_ABOVE_ROWS`` rows a product dequantizes and runs oneDNN's GEMM instead.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -56,112 +57,8 @@ QK = 32  # weights per block (both formats)
 Q4_1_BYTES = 20  # fp16 d, fp16 m, 16 bytes of 4-bit values
 Q8_0_BYTES = 34  # fp16 d, 32 int8 values
 
-SOURCE = r"""
-#include <immintrin.h>
-#include <stdint.h>
-#include <string.h>
-#include <omp.h>
-
-static inline float h2f(const uint8_t* p) {
-    uint16_t h; memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-// Q4_1 block -> 4 x 8 fp32 weights (w = q * d + m); low nibbles are weights 0..15, high 16..31.
-static inline void deq_q4_1(const uint8_t* blk, __m256 w[4]) {
-    const __m256 d = _mm256_set1_ps(h2f(blk));
-    const __m256 m = _mm256_set1_ps(h2f(blk + 2));
-    const __m128i q = _mm_loadu_si128((const __m128i*)(blk + 4));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(q, mask);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-    w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), d, m);
-    w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d, m);
-    w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), d, m);
-    w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), d, m);
-}
-
-// Q8_0 block -> 4 x 8 fp32 weights (w = q * d).
-static inline void deq_q8_0(const uint8_t* blk, __m256 w[4]) {
-    const __m256 d = _mm256_set1_ps(h2f(blk));
-    const __m128i a = _mm_loadu_si128((const __m128i*)(blk + 2));
-    const __m128i b = _mm_loadu_si128((const __m128i*)(blk + 18));
-    w[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a)), d);
-    w[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8))), d);
-    w[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
-    w[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), d);
-}
-
-// y[r, n] = sum_k x[r, k] * W[n, k] for R rows starting at x; W row n is nb blocks of BB bytes.
-template <int R, int BB, bool Q4>
-static inline void rows_dot(const float* x, int64_t K, const uint8_t* wrow, int64_t nb,
-                            float* y, int64_t N) {
-    __m256 acc0[R], acc1[R];
-    for (int r = 0; r < R; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
-    for (int64_t b = 0; b < nb; b++) {
-        __m256 w[4];
-        if (Q4) deq_q4_1(wrow + b * BB, w); else deq_q8_0(wrow + b * BB, w);
-        for (int r = 0; r < R; r++) {
-            const float* xr = x + r * K + b * 32;
-            acc0[r] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xr), acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xr + 8), acc1[r]);
-            acc0[r] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xr + 16), acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xr + 24), acc1[r]);
-        }
-    }
-    for (int r = 0; r < R; r++) y[r * N] = hsum(_mm256_add_ps(acc0[r], acc1[r]));
-}
-
-template <int BB, bool Q4>
-static void mm(const float* x, int64_t M, int64_t K, const uint8_t* w, int64_t N, float* y,
-               int threads) {
-    const int64_t nb = K / 32;
-    // Output rows split over threads; each weight row is read from memory once for all M rows
-    // (the row chunks after the first find its 360-1020 bytes in L1).
-    #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const uint8_t* wrow = w + n * nb * BB;
-        int64_t r = 0;
-        for (; r + 4 <= M; r += 4) rows_dot<4, BB, Q4>(x + r * K, K, wrow, nb, y + r * N + n, N);
-        for (; r + 2 <= M; r += 2) rows_dot<2, BB, Q4>(x + r * K, K, wrow, nb, y + r * N + n, N);
-        for (; r < M; r++) rows_dot<1, BB, Q4>(x + r * K, K, wrow, nb, y + r * N + n, N);
-    }
-}
-
-template <int BB, bool Q4>
-static void deq(const uint8_t* w, int64_t N, int64_t K, float* out, int threads) {
-    const int64_t nb = K / 32;
-    #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t b = 0; b < nb; b++) {
-            __m256 v[4];
-            if (Q4) deq_q4_1(w + (n * nb + b) * BB, v); else deq_q8_0(w + (n * nb + b) * BB, v);
-            float* o = out + n * K + b * 32;
-            for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + 8 * j, v[j]);
-        }
-    }
-}
-
-extern "C" {
-void fluxo_q4_1_mm(const float* x, int64_t M, int64_t K, const uint8_t* w, int64_t N, float* y,
-                   int threads) { mm<20, true>(x, M, K, w, N, y, threads); }
-void fluxo_q8_0_mm(const float* x, int64_t M, int64_t K, const uint8_t* w, int64_t N, float* y,
-                   int threads) { mm<34, false>(x, M, K, w, N, y, threads); }
-void fluxo_q4_1_dequant(const uint8_t* w, int64_t N, int64_t K, float* out, int threads) {
-    deq<20, true>(w, N, K, out, threads);
-}
-void fluxo_q8_0_dequant(const uint8_t* w, int64_t N, int64_t K, float* out, int threads) {
-    deq<34, false>(w, N, K, out, threads);
-}
-}
-"""
+HERE = Path(__file__).resolve().parent
+SOURCES = (HERE / "cpu_quant.cpp", HERE / "cpu_quant_decode.cpp")
 
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 _lib: ctypes.CDLL | None = None
@@ -171,7 +68,7 @@ _lock = threading.Lock()
 
 def _cpu_ok() -> str | None:
     try:
-        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+        flags = next(ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")).split()
     except (OSError, StopIteration):
         return "cannot read /proc/cpuinfo"
     missing = [f for f in ("avx2", "fma", "f16c") if f not in flags]
@@ -192,15 +89,18 @@ def _load() -> ctypes.CDLL:
         raise RuntimeError("no C++ compiler (g++) on PATH")
     import torch  # noqa: F401  (its libgomp.so.1 must be loaded before ours resolves the name)
 
-    tag = hashlib.sha256((SOURCE + " ".join(FLAGS)).encode()).hexdigest()[:16]
+    source = "\n".join(p.read_text() for p in SOURCES)
+    tag = hashlib.sha256((source + " ".join(FLAGS)).encode()).hexdigest()[:16]
     out = _build_dir() / f"fluxo_cpu_quant_{tag}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             src = Path(tmp) / "cpu_quant.cpp"
-            src.write_text(SOURCE)
+            src.write_text(source)
             so = Path(tmp) / out.name
-            proc = subprocess.run([cxx, *FLAGS, str(src), "-o", str(so)], capture_output=True, text=True)
+            proc = subprocess.run(
+                [cxx, *FLAGS, str(src), "-o", str(so)], capture_output=True, text=True
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"compiling the quantized kernels failed: {proc.stderr[-2000:]}")
             os.replace(so, out)  # atomic: a concurrent process sees the whole file or none
@@ -213,6 +113,12 @@ def _load() -> ctypes.CDLL:
     for name in ("fluxo_q4_1_dequant", "fluxo_q8_0_dequant"):
         fn = getattr(lib, name)
         fn.argtypes = [u8p, i64, i64, f32p, ctypes.c_int]
+        fn.restype = None
+    p, c_int = ctypes.c_void_p, ctypes.c_int
+    lib.fluxo_quantize_q8_1.argtypes = [p, i64, i64, p, p, p]
+    lib.fluxo_qmm.argtypes = [p, i64, i64, p, c_int, i64, p, c_int, c_int]
+    lib.fluxo_decode_step.argtypes = [p, p, p, p, i64, p, p, p, p, p, i64, p, p, p, i64, p, c_int]
+    for fn in (lib.fluxo_quantize_q8_1, lib.fluxo_qmm, lib.fluxo_decode_step):
         fn.restype = None
     return lib
 
@@ -278,3 +184,93 @@ def dequantize(blocks: torch.Tensor, fmt: str, k: int) -> torch.Tensor:
     fn = lib.fluxo_q4_1_dequant if fmt == "q4_1" else lib.fluxo_q8_0_dequant
     fn(blocks.data_ptr(), blocks.shape[0], k, out.data_ptr(), torch.get_num_threads())
     return out
+
+
+def _lib_or_raise() -> ctypes.CDLL:
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"quantized CPU kernels unavailable: {_error}")
+    return lib
+
+
+def quantize_q8_1(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp32 ``[M, K]`` -> the kernels' int8 activations: ``q [M, K]`` int8, ``d`` and ``s``
+    ``[M, K/32]``
+    (scale ``max|x| / 127`` per 32, and ``d * sum(q)``)."""
+    lib = _lib_or_raise()
+    x = x.contiguous()
+    m, k = x.shape
+    if k % QK or x.dtype != torch.float32:
+        raise ValueError("quantize_q8_1 takes fp32 rows of a multiple of 32")
+    q = torch.empty(m, k, dtype=torch.int8)
+    d, s = torch.empty(m, k // QK), torch.empty(m, k // QK)
+    lib.fluxo_quantize_q8_1(x.data_ptr(), m, k, q.data_ptr(), d.data_ptr(), s.data_ptr())
+    return q, d, s
+
+
+def qmatmul(x: torch.Tensor, blocks: torch.Tensor, fmt: str, swiglu: bool = False) -> torch.Tensor:
+    """``x [M, K] @ dequant(blocks).T`` with ``x`` quantized to int8 per 32 (``quantize_q8_1``) and
+    integer dot products, as the decode step computes it. ``swiglu``: the blocks are gate rows then
+    up rows, and the result is ``silu(gate) * up`` ``[M, N/2]``."""
+    lib = _lib_or_raise()
+    m, k = x.shape
+    _check(blocks, fmt, k)
+    x = x.contiguous()
+    if x.dtype != torch.float32:
+        raise ValueError("the quantized kernels take fp32 activations")
+    n = blocks.shape[0]
+    y = torch.empty(m, n // 2 if swiglu else n, dtype=torch.float32)
+    if m:
+        lib.fluxo_qmm(
+            x.data_ptr(),
+            m,
+            k,
+            blocks.data_ptr(),
+            fmt == "q4_1",
+            n,
+            y.data_ptr(),
+            2 if swiglu else 0,
+            torch.get_num_threads(),
+        )
+    return y
+
+
+def decode_step(
+    desc: torch.Tensor,
+    dims: torch.Tensor,
+    eps_scale: torch.Tensor,
+    h: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    write_slots: torch.Tensor,
+    ctx_slots: torch.Tensor,
+    mask: torch.Tensor,
+    logits: torch.Tensor,
+) -> None:
+    """One whole decode step in one call (``cpu_quant_decode.cpp``); ``h`` is overwritten with the
+    last hidden state and ``logits`` filled. Every tensor must be contiguous, as
+    ``engine.core.quant.QuantModel.decode`` prepares them (int64 indices, uint8 mask)."""
+    lib = _lib_or_raise()
+    rows, ctx = ctx_slots.shape
+    lib.fluxo_decode_step(
+        desc.data_ptr(),
+        dims.data_ptr(),
+        eps_scale.data_ptr(),
+        h.data_ptr(),
+        rows,
+        positions.data_ptr(),
+        cos.data_ptr(),
+        sin.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        k.stride(0),
+        write_slots.data_ptr(),
+        ctx_slots.data_ptr(),
+        mask.data_ptr(),
+        ctx,
+        logits.data_ptr(),
+        torch.get_num_threads(),
+    )

@@ -3,20 +3,23 @@
 The kernels against a pure-torch dequantized reference; SmolLM2's Q4_1/Q8_0 blocks reproduced
 bit for bit from the GGUF; q4 greedy answers against fp32 on SmolLM2; the roofline's arithmetic.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from engine.core import quant
-from engine.lab import roofline
-from engine.lab.accuracy import agreement
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.errors import UnknownMode
+from engine.lab import roofline
+from engine.lab.accuracy import agreement
 from kernels import cpu_quant
 
-needs_kernels = pytest.mark.skipif(not cpu_quant.available(), reason=f"{cpu_quant.unavailable_reason()}")
+needs_kernels = pytest.mark.skipif(
+    not cpu_quant.available(), reason=f"{cpu_quant.unavailable_reason()}"
+)
 
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
@@ -26,8 +29,11 @@ def test_quantize_error_is_within_half_a_step(fmt):
     blocks = quant.quantize(w, fmt)
     assert blocks.shape == (48, 96 // 32 * cpu_quant.BYTES[fmt])
     back = quant.dequantize_ref(blocks, fmt, 96)
-    step = (w.view(48, 3, 32).amax(-1) - w.view(48, 3, 32).amin(-1)) / 15 if fmt == "q4_1" \
-        else w.view(48, 3, 32).abs().amax(-1) / 127  # [48, 3] quantization step per block
+    step = (
+        (w.view(48, 3, 32).amax(-1) - w.view(48, 3, 32).amin(-1)) / 15
+        if fmt == "q4_1"
+        else w.view(48, 3, 32).abs().amax(-1) / 127
+    )  # [48, 3] quantization step per block
     err = (back - w).abs().view(48, 3, 32).amax(-1)
     assert (err <= step * 0.5 + 2e-3 * step + 1e-6).all()  # half a step, plus fp16 scale rounding
 
@@ -47,7 +53,68 @@ def test_kernel_matmul_equals_dequantized_fp32_product(fmt, rows):
     # fp32 sums of 576 products of size ~0.1: differences are summation order only
     torch.testing.assert_close(got, want, rtol=0, atol=2e-5)
     # the kernel's own dequantization is the reference's up to one fused multiply-add rounding
-    torch.testing.assert_close(cpu_quant.dequantize(blocks, fmt, 576), ref_w.float(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(
+        cpu_quant.dequantize(blocks, fmt, 576), ref_w.float(), rtol=1e-6, atol=1e-7
+    )
+
+
+def q8_1_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Activations to int8 per 32 in torch: d = max|x| / 127, q = round-half-even(x / d)."""
+    m, k = x.shape
+    b = x.view(m, k // 32, 32)
+    amax = b.abs().amax(-1)
+    d = amax / 127
+    q = torch.round(b * torch.where(amax > 0, 127 / amax, 0)[..., None])
+    return q.to(torch.int8).view(m, k), d, d * q.sum(-1)
+
+
+@needs_kernels
+def test_activation_quantization_equals_the_torch_reference():
+    torch.manual_seed(2)
+    x = torch.randn(5, 96) * torch.tensor([0.01, 1.0, 300.0]).repeat_interleave(
+        32
+    )  # outlier blocks
+    x[1, 32:64] = 0  # an all-zero block: scale 0, q 0
+    q, d, s = cpu_quant.quantize_q8_1(x)
+    rq, rd, rs = q8_1_ref(x)
+    assert torch.equal(q, rq)
+    torch.testing.assert_close(d, rd, rtol=0, atol=0)
+    torch.testing.assert_close(s, rs, rtol=1e-6, atol=1e-6)
+
+
+@needs_kernels
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("rows", [1, 3, 8, 33])
+def test_int8_activation_matmul_within_its_rounding_bound(fmt, rows):
+    """The decode path's product: exact (to fp32 summation) on the int8 activations it computes,
+    and within the activation rounding bound sum_k |w_k| * d_x(k) / 2 of the fp32 product."""
+    torch.manual_seed(rows)
+    w = torch.randn(200, 576) * 0.05
+    blocks = quant.quantize(w, fmt)
+    ref_w = quant.dequantize_ref(blocks, fmt, 576).double()
+    x = torch.randn(rows, 576)
+    got = cpu_quant.qmatmul(x, blocks, fmt).double()
+    q, d, _ = q8_1_ref(x)
+    xq = (q.double().view(rows, 18, 32) * d.double()[..., None]).view(rows, 576)
+    torch.testing.assert_close(got, xq @ ref_w.T, rtol=0, atol=2e-5)
+    bound = (ref_w.abs().view(1, 200, 18, 32).sum(-1) * d.double()[:, None, :] / 2).sum(
+        -1
+    )  # [rows, 200]
+    err = (got - x.double() @ ref_w.T).abs()
+    assert (err <= bound + 2e-5).all()
+    assert err.max() > 1e-4  # activations really are quantized (an fp32 path would be ~1e-6)
+
+
+@needs_kernels
+def test_int8_swiglu_epilogue():
+    torch.manual_seed(3)
+    blocks = quant.quantize(torch.randn(2 * 96, 128) * 0.1, "q4_1")
+    x = torch.randn(5, 128)
+    g = cpu_quant.qmatmul(x, blocks, "q4_1")  # [5, 192]: gate columns, then up
+    got = cpu_quant.qmatmul(x, blocks, "q4_1", swiglu=True)
+    torch.testing.assert_close(
+        got, torch.nn.functional.silu(g[:, :96]) * g[:, 96:], rtol=1e-5, atol=1e-6
+    )
 
 
 @needs_kernels
@@ -56,9 +123,47 @@ def test_quant_linear_dequantizes_for_long_prefills():
     w = quant.QuantWeight("q4_1", quant.quantize(torch.randn(64, 128), "q4_1"), 128, False)
     lin = quant.QuantLinear(w)
     ref = quant.dequantize_ref(w.blocks, "q4_1", 128)
-    for rows in (4, quant.DEQUANT_ABOVE_ROWS + 5):  # kernel path, then dequantize + GEMM
-        x = torch.randn(rows, 128)
-        torch.testing.assert_close(lin(x), x @ ref.T, rtol=0, atol=3e-5)
+    x = torch.randn(4, 128)  # kernel path: int8 activations
+    torch.testing.assert_close(lin(x), cpu_quant.qmatmul(x, w.blocks, "q4_1"), rtol=0, atol=0)
+    x = torch.randn(quant.DEQUANT_ABOVE_ROWS + 5, 128)  # dequantize + fp32 GEMM
+    torch.testing.assert_close(lin(x), x @ ref.T, rtol=0, atol=3e-5)
+
+
+@needs_kernels
+@pytest.mark.parametrize("weights", ["q4", "q8"])
+def test_fused_decode_step_equals_the_module_by_module_forward(weights):
+    """The one-call decode step (norms, rotary, paged attention, SwiGLU in C++) against the Python
+    forward on the same int8-activation products: same logits and same K/V written, rows of
+    different context lengths."""
+    from engine.core.llama import ForwardBatch, LlamaForward
+    from engine.core.model import tiny_llama
+    from kernels.attention import decode_mask, slots_from_block_tables
+
+    model, _ = tiny_llama(seed=1, dtype=torch.float32)
+    fwd = LlamaForward(model, 64, weights)
+    assert fwd.fused is not None
+    lens = torch.tensor([5, 17, 1])
+    tables = torch.tensor([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]])
+    slots = slots_from_block_tables(tables, lens, 4)
+    fb = ForwardBatch(
+        input_ids=torch.tensor([65, 66, 67]),
+        positions=lens - 1,
+        write_slots=slots[torch.arange(3), lens - 1],
+        num_decode=3,
+        decode_slots=slots,
+        decode_mask=decode_mask(lens, slots.shape[1]),
+        logits_rows=torch.arange(3),
+    )
+    caches = [fwd.new_cache(16, 4) for _ in range(2)]
+    torch.manual_seed(4)
+    caches[0].k.normal_(0, 0.5), caches[0].v.normal_(0, 0.5)
+    caches[1].k.copy_(caches[0].k), caches[1].v.copy_(caches[0].v)
+    fused = fwd.forward(fb, caches[0])
+    fwd.fused = None
+    ref = fwd.forward(fb, caches[1])
+    torch.testing.assert_close(fused, ref, rtol=0, atol=2e-5)
+    torch.testing.assert_close(caches[0].k, caches[1].k, rtol=0, atol=2e-6)
+    torch.testing.assert_close(caches[0].v, caches[1].v, rtol=0, atol=2e-6)
 
 
 def test_kernel_rejects_blocks_of_the_wrong_width():
@@ -71,8 +176,11 @@ def test_smollm2_gguf_blocks_reproduce_the_loaded_weights_bit_for_bit(smollm2):
     blocks = quant.gguf_blocks(model._fluxo_gguf, model.config)
     assert len(blocks) == 7 * model.config.num_hidden_layers + 1
     mods = dict(model.named_modules())
-    for name in ["lm_head"] + [f"model.layers.0.{m}" for m in quant.GGUF_NAMES.values()] \
-            + ["model.layers.29.self_attn.q_proj", "model.layers.29.self_attn.k_proj"]:
+    for name in (
+        ["lm_head"]
+        + [f"model.layers.0.{m}" for m in quant.GGUF_NAMES.values()]
+        + ["model.layers.29.self_attn.q_proj", "model.layers.29.self_attn.k_proj"]
+    ):
         fmt, b = blocks[name]
         w = mods[name].weight.detach()
         assert fmt == ("q8_0" if name == "lm_head" else "q4_1")
@@ -89,8 +197,12 @@ def test_smollm2_q4_greedy_agrees_with_fp32(smollm2):
     """Measured (2026-11-30): 4/4 answers identical over 16 tokens each (agreement 1.0): q4 is
     the same function as fp32 up to summation order, as the GGUF's blocks are the fp32 weights."""
     model, tok = smollm2
-    prompts = ["What is the capital of France?", "Write a haiku about the sea.",
-               "Name five planets of the solar system.", "How do I boil an egg?"]
+    prompts = [
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "Name five planets of the solar system.",
+        "How do I boil an egg?",
+    ]
     answers = {}
     for w in ("fp32", "q4"):
         engine = Engine(EngineConfig(weights=w, max_slots=4), model=model, tokenizer=tok)
@@ -113,14 +225,18 @@ def test_agreement_counts_tokens_before_the_first_difference():
     assert got == {"token_agreement": 4 / 6, "identical_answers": 1, "answers": 2}
 
 
-# -- the roofline's model -----------------------------------------------------------------------------
-SHAPE = roofline.Shape(weight_params=1000, weight_bytes=4000, layers=2, kv_heads=1, heads=2, head_dim=4,
-                       kv_itemsize=4)
+# -- the roofline's model ---------------------------------------------------------------------
+SHAPE = roofline.Shape(
+    weight_params=1000, weight_bytes=4000, layers=2, kv_heads=1, heads=2, head_dim=4, kv_itemsize=4
+)
 
 
 def test_step_bytes_read_weights_once_and_kv_per_row():
     assert roofline.step_bytes(SHAPE, 1, 10) == 4000 + 1 * 10 * 2 * 2 * 1 * 4 * 4
-    assert roofline.step_bytes(SHAPE, 8, 10) - roofline.step_bytes(SHAPE, 4, 10) == 4 * 10 * 2 * 2 * 4 * 4
+    assert (
+        roofline.step_bytes(SHAPE, 8, 10) - roofline.step_bytes(SHAPE, 4, 10)
+        == 4 * 10 * 2 * 2 * 4 * 4
+    )
 
 
 def test_step_flops_and_the_compute_bound_row_count():
@@ -140,11 +256,23 @@ def test_roofline_chart_spec_is_valid_vega_lite_with_every_measured_point():
     from app.charts import as_altair
     from app.roofline_chart import roofline_rows, roofline_spec
 
-    points = [{"rows": r, "step_ms": 10.0 + r, "step_ms_min": 9.0 + r, "step_ms_max": 12.0 + r,
-               "bytes_per_step": 96_000_000, "achieved_gbs": 9.6, "fraction_of_bandwidth": 0.5,
-               "roofline_ms": 5.0} for r in (1, 8)]
-    result = {"machine": {"bandwidth": {"read_gbs": 19.2}}, "formats": {"fp32": {"points": points},
-                                                                         "q4": {"points": points}}}
+    points = [
+        {
+            "rows": r,
+            "step_ms": 10.0 + r,
+            "step_ms_min": 9.0 + r,
+            "step_ms_max": 12.0 + r,
+            "bytes_per_step": 96_000_000,
+            "achieved_gbs": 9.6,
+            "fraction_of_bandwidth": 0.5,
+            "roofline_ms": 5.0,
+        }
+        for r in (1, 8)
+    ]
+    result = {
+        "machine": {"bandwidth": {"read_gbs": 19.2}},
+        "formats": {"fp32": {"points": points}, "q4": {"points": points}},
+    }
     rows = roofline_rows(result)
     assert len(rows) == 2 * 2 * 2  # formats x row counts x (measured, bound)
     assert {r["ms"] for r in rows if r["series"] == "measured"} == {11.0, 18.0}

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.core.packed import packable, packed
+from engine.core.quant import FusedDecode
 from engine.core.quant import build as build_quant
 from kernels.attention import decode_attention, prefill_attention
 
@@ -102,6 +103,10 @@ class LlamaForward:
         probe = torch.zeros(1, dtype=self.dtype)
         cos, sin = hf_model.model.rotary_emb(probe.to(self.device), torch.arange(max_len, device=self.device)[None])
         self.cos, self.sin = cos[0], sin[0]
+        # Decode-only steps on quantized weights: the whole step in one kernel call (quant.FusedDecode).
+        self.fused = None
+        if self.quant is not None and FusedDecode.supports(hf_model):
+            self.fused = FusedDecode(self.quant, hf_model, self.cos, self.sin)
 
     def new_cache(self, num_blocks: int, block_size: int) -> KVCache:
         cache = KVCache(len(self.layers), num_blocks, block_size, self.num_kv_heads, self.head_dim, self.dtype)
@@ -121,6 +126,8 @@ class LlamaForward:
     def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
         """Returns logits ``[len(batch.logits_rows), vocab]``."""
         t = batch.input_ids.shape[0]
+        if self.fused is not None and not batch.prefills and batch.decode_slots is not None:
+            return self._fused_decode(batch, cache)
         h = self.model.model.embed_tokens(batch.input_ids)
         cos = self.cos[batch.positions][:, None, :]
         sin = self.sin[batch.positions][:, None, :]
@@ -166,6 +173,18 @@ class LlamaForward:
                 h = h + layer.mlp(x)
         h = self.model.model.norm(h[batch.logits_rows])
         return self._lm_head(h)
+
+    def _fused_decode(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
+        """A decode-only batch on quantized weights: one kernel call for the whole step."""
+        t = batch.input_ids.shape[0]
+        mask = batch.decode_mask.reshape(t, -1)  # [B, 1, 1, L] -> [B, L]
+        h = self.model.model.embed_tokens(batch.input_ids)  # [B, hidden]
+        logits = self.fused(h, batch.positions, batch.write_slots, batch.decode_slots, mask,
+                            cache.k, cache.v)  # [B, vocab]
+        rows = batch.logits_rows  # decode-only batches sample every row: 0..t-1 (no copy then)
+        if rows is not None and not (rows.shape[0] == t and (not t or int(rows[-1]) == t - 1)):
+            logits = logits[rows]
+        return logits
 
     def _lm_head(self, h: torch.Tensor) -> torch.Tensor:
         """The vocabulary projection, the largest matrix read each step (49152 x 576 for SmolLM2).

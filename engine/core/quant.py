@@ -10,17 +10,19 @@ Formats (``EngineConfig.weights``):
   so ``q4`` computes the same function as ``fp32`` up to float summation order, from 96 MB of
   weights a step instead of 540 MB. For a model with no GGUF (the tiny test model, a local
   checkpoint) the fp32 weights are quantized to Q4_1 / Q8_0 here (no longer the same function).
-- ``q8``: every matrix as Q8_0, quantized here from the fp32 weights (34 bytes per 32, 150 MB a step).
+- ``q8``: every matrix as Q8_0, quantized here from the fp32 weights (34 bytes per 32, 143 MB a
+  step).
 
 The matmuls are ``kernels/cpu_quant.py`` (AVX2 C++ compiled at first use). Where it cannot be
 built (no compiler, no AVX2), the forward falls back to ``fp32`` and says so (``effective``).
 """
+
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -38,10 +40,10 @@ DEQUANT_ABOVE_ROWS = 48
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
-# -- block formats in torch: the reference the kernels are tested against ------------------------------
+# -- block formats in torch: the reference the kernels are tested against ---------------------
 def _fp16_field(blocks: torch.Tensor, start: int) -> torch.Tensor:
     """``[N, nb, B]`` uint8 -> ``[N, nb, 1]`` fp32 from the 2 bytes at ``start`` (little endian)."""
-    return blocks[..., start:start + 2].contiguous().view(torch.float16).float()
+    return blocks[..., start : start + 2].contiguous().view(torch.float16).float()
 
 
 def dequantize_ref(blocks: torch.Tensor, fmt: str, k: int) -> torch.Tensor:
@@ -83,20 +85,38 @@ def quantize(w: torch.Tensor, fmt: str) -> torch.Tensor:
     return out.reshape(n, -1).contiguous()  # [N, nb * bytes]
 
 
-# -- the GGUF's own blocks ---------------------------------------------------------------------------
+# -- the GGUF's own blocks ---------------------------------------------------------------------
 def _unpermute_rows(rows: torch.Tensor, n_head: int) -> torch.Tensor:
     """Undo llama.cpp's q/k row interleave for rotary (transformers undoes it the same way)."""
     dim = rows.shape[0] // n_head // 2
     return rows.reshape(n_head, dim, 2, -1).transpose(1, 2).reshape(rows.shape)  # [N, bytes]
 
 
-GGUF_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-              "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-              "ffn_down": "mlp.down_proj"}
+GGUF_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
 
 
 GGUF_TYPES = {3: ("q4_1", 20), 8: ("q8_0", 34)}  # ggml type id -> (format, bytes per block)
-_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_SCALAR = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
 
 
 def _gguf_tensors(path: str | Path) -> dict[str, tuple[int, list[int], int]]:
@@ -108,6 +128,7 @@ def _gguf_tensors(path: str | Path) -> dict[str, tuple[int, list[int], int]]:
     import struct
 
     with open(path, "rb") as f:
+
         def read(fmt: str):
             return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
 
@@ -162,7 +183,9 @@ def gguf_blocks(path: str | Path, config) -> dict[str, tuple[str, torch.Tensor]]
         fmt, nbytes = GGUF_TYPES[kind]
         k, n = dims[0], int(np.prod(dims[1:]))
         width = k // QK * nbytes
-        rows = torch.from_numpy(np.array(raw[offset:offset + n * width])).view(n, width)  # [N, bytes]
+        rows = torch.from_numpy(np.array(raw[offset : offset + n * width])).view(
+            n, width
+        )  # [N, bytes]
         parts = name.split(".")
         if parts[0] == "token_embd":
             out["lm_head"] = (fmt, rows)
@@ -177,7 +200,7 @@ def gguf_blocks(path: str | Path, config) -> dict[str, tuple[str, torch.Tensor]]
     return out
 
 
-# -- linear layers -----------------------------------------------------------------------------------
+# -- linear layers -----------------------------------------------------------------------------
 @dataclass(slots=True)
 class QuantWeight:
     fmt: str  # "q4_1" or "q8_0"
@@ -195,7 +218,7 @@ class QuantWeight:
 
 
 class QuantLinear:
-    """``y = x @ W.T`` with W in blocks; several matrices with the same K may be fused (row-stacked)."""
+    """``y = x @ W.T`` with W in blocks (matrices of one K may be row-stacked into one)."""
 
     def __init__(self, weight: QuantWeight) -> None:
         self.w = weight
@@ -203,7 +226,7 @@ class QuantLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] > DEQUANT_ABOVE_ROWS:
             return torch.mm(x, cpu_quant.dequantize(self.w.blocks, self.w.fmt, self.w.k).T)
-        return cpu_quant.matmul(x, self.w.blocks, self.w.fmt)
+        return cpu_quant.qmatmul(x, self.w.blocks, self.w.fmt)
 
 
 def stack(weights: list[QuantWeight]) -> QuantWeight:
@@ -211,7 +234,9 @@ def stack(weights: list[QuantWeight]) -> QuantWeight:
     fmt, k = weights[0].fmt, weights[0].k
     if any(w.fmt != fmt or w.k != k for w in weights):
         raise ValueError("only matrices of one format and K stack")
-    return QuantWeight(fmt, torch.cat([w.blocks for w in weights]).contiguous(), k, all(w.exact for w in weights))
+    return QuantWeight(
+        fmt, torch.cat([w.blocks for w in weights]).contiguous(), k, all(w.exact for w in weights)
+    )
 
 
 def model_weights(hf_model, weights: str) -> dict[str, QuantWeight]:
@@ -220,7 +245,11 @@ def model_weights(hf_model, weights: str) -> dict[str, QuantWeight]:
     ``q4`` takes the GGUF's own blocks when the model came from the bundled GGUF and they match its
     fp32 weights bit for bit (checked here, matrix by matrix); otherwise it quantizes.
     """
-    names = [f"model.layers.{i}.{m}" for i in range(len(hf_model.model.layers)) for m in GGUF_NAMES.values()]
+    names = [
+        f"model.layers.{i}.{m}"
+        for i in range(len(hf_model.model.layers))
+        for m in GGUF_NAMES.values()
+    ]
     names.append("lm_head")
     mods = dict(hf_model.named_modules())
     from_file: dict[str, tuple[str, torch.Tensor]] = {}
@@ -236,11 +265,15 @@ def model_weights(hf_model, weights: str) -> dict[str, QuantWeight]:
             fmt, blocks = from_file[name]
             # Every 16th row checked bit for bit (all of them took ~50 s on the loaded 2-core
             # machine): enough to catch a wrong matrix or row order; tests check whole matrices.
-            if blocks.shape[0] == w.shape[0] and torch.equal(dequantize_ref(blocks[::16].contiguous(), fmt, k),
-                                                             w[::16]):
+            if blocks.shape[0] == w.shape[0] and torch.equal(
+                dequantize_ref(blocks[::16].contiguous(), fmt, k), w[::16]
+            ):
                 out[name] = QuantWeight(fmt, blocks, k, True)
                 continue
-            warnings.warn(f"{name}: the GGUF's blocks do not reproduce the loaded weight; quantizing it")
+            warnings.warn(
+                f"{name}: the GGUF's blocks do not reproduce the loaded weight; quantizing it",
+                stacklevel=2,
+            )
         fmt = "q8_0" if weights == "q8" or name == "lm_head" else "q4_1"
         out[name] = QuantWeight(fmt, quantize(w, fmt), k, False)
     return out
@@ -269,7 +302,10 @@ def build(hf_model, weights: str) -> QuantModel | None:
     if weights == "fp32" or p.device.type != "cpu" or p.dtype != torch.float32:
         return None
     if not cpu_quant.available():
-        warnings.warn(f"weights={weights!r} unavailable ({cpu_quant.unavailable_reason()}); using fp32")
+        warnings.warn(
+            f"weights={weights!r} unavailable ({cpu_quant.unavailable_reason()}); using fp32",
+            stacklevel=2,
+        )
         return None
     # Engines sharing one loaded model (benchmarks, lesson runs) share its quantized copy too.
     built = hf_model.__dict__.setdefault("_fluxo_quant", {})
@@ -286,9 +322,107 @@ def _build(hf_model, weights: str) -> QuantModel:
         w = {name: qw[pre + mod] for name, mod in GGUF_NAMES.items()}
         qkv = stack([w["attn_q"], w["attn_k"], w["attn_v"]])
         gate_up = stack([w["ffn_gate"], w["ffn_up"]])
-        layers.append((QuantLinear(qkv), QuantLinear(w["attn_output"]), QuantLinear(gate_up),
-                       QuantLinear(w["ffn_down"])))
+        layers.append(
+            (
+                QuantLinear(qkv),
+                QuantLinear(w["attn_output"]),
+                QuantLinear(gate_up),
+                QuantLinear(w["ffn_down"]),
+            )
+        )
     pre = "model.layers.0."
-    sizes = tuple(qw[pre + m].n for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
-    return QuantModel(weights, layers, QuantLinear(qw["lm_head"]), sizes, weight_bytes(qw),
-                      all(w.exact for w in qw.values()))
+    sizes = tuple(
+        qw[pre + m].n for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+    )
+    return QuantModel(
+        weights,
+        layers,
+        QuantLinear(qw["lm_head"]),
+        sizes,
+        weight_bytes(qw),
+        all(w.exact for w in qw.values()),
+    )
+
+
+class FusedDecode:
+    """A whole decode step (every layer, the final norm, the vocabulary head) in one kernel call,
+    for CPU batches of decode rows only (``cpu_quant.decode_step``): int8 activations, the KV cache
+    read and written in place, two threads splitting each product's output rows, no Python between
+    the layers. Numerically it is ``QuantLinear``'s path with transformers' norms, rotary and
+    attention written out in C++ (tests/test_quant.py holds it to the module-by-module forward)."""
+
+    def __init__(self, qm: QuantModel, hf_model, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        cfg = hf_model.config
+        inner = hf_model.model
+        desc: list[int] = []
+        for (qkv, o, gate_up, down), layer in zip(qm.layers, inner.layers, strict=True):
+            for lin in (qkv, o, gate_up, down):
+                desc += [lin.w.blocks.data_ptr(), int(lin.w.fmt == "q4_1")]
+            desc += [
+                layer.input_layernorm.weight.data_ptr(),
+                layer.post_attention_layernorm.weight.data_ptr(),
+            ]
+        desc += [
+            qm.head.w.blocks.data_ptr(),
+            int(qm.head.w.fmt == "q4_1"),
+            inner.norm.weight.data_ptr(),
+        ]
+        self.desc = torch.tensor(desc, dtype=torch.int64)
+        heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        self.vocab = qm.head.w.n
+        self.dims = torch.tensor(
+            [
+                len(qm.layers),
+                cfg.hidden_size,
+                heads,
+                kv_heads,
+                head_dim,
+                cfg.intermediate_size,
+                self.vocab,
+            ],
+            dtype=torch.int64,
+        )
+        self.eps_scale = torch.tensor([cfg.rms_norm_eps, head_dim**-0.5], dtype=torch.float32)
+        self.cos, self.sin = cos.contiguous(), sin.contiguous()  # [max_len, head_dim]
+        self.keep = (qm, hf_model)  # the pointers above point into these
+
+    @staticmethod
+    def supports(hf_model) -> bool:
+        cfg = hf_model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return (
+            getattr(cfg, "hidden_act", "") == "silu"
+            and head_dim % 8 == 0
+            and not getattr(cfg, "attention_bias", False)
+            and not getattr(cfg, "mlp_bias", False)
+        )
+
+    def __call__(
+        self,
+        h: torch.Tensor,
+        input_positions: torch.Tensor,
+        write_slots: torch.Tensor,
+        ctx_slots: torch.Tensor,
+        mask: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+    ) -> torch.Tensor:
+        """``h [B, hidden]`` embeddings (overwritten) -> logits ``[B, vocab]``; mask ``[B, L]``."""
+        logits = torch.empty(h.shape[0], self.vocab, dtype=torch.float32)
+        cpu_quant.decode_step(
+            self.desc,
+            self.dims,
+            self.eps_scale,
+            h.contiguous(),
+            input_positions.contiguous(),
+            self.cos,
+            self.sin,
+            k,
+            v,
+            write_slots.contiguous(),
+            ctx_slots.contiguous(),
+            mask.contiguous().view(torch.uint8),
+            logits,
+        )
+        return logits
