@@ -1,4 +1,5 @@
 """``python -m engine.peer``: the command lives in ``engine.lab.peer``."""
+
 from engine.lab.peer import main
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 This command is where the layers meet: it builds the core's ``Engine``, hands the lab's scenario
 replay to the server as its ``Comparison`` (the server itself never imports the lab), and serves.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,27 +17,45 @@ import torch
 
 from engine.core import cpu
 from engine.core.config import EngineConfig
-from engine.core.errors import DeviceUnavailable
 from engine.core.engine import Engine
+from engine.core.errors import DeviceUnavailable
 from engine.lab import scenario
 from engine.server.server import Comparison, Limits, Server
 
 
-def main(argv: list[str] | None = None) -> None:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.serve", description=__doc__)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8765)
-    ap.add_argument("--http-port", type=int, default=None,
-                    help="OpenAI-compatible HTTP API port (default: --port + 1; 0: off)")
-    ap.add_argument("--token", default=os.environ.get("FLUXO_TOKEN"), help="presenter token (or FLUXO_TOKEN)")
-    ap.add_argument("--model", default="smollm2", help="smollm2 (bundled), tiny (random, for tests) or a local checkpoint dir")
+    ap.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="OpenAI-compatible HTTP API port (default: --port + 1; 0: off)",
+    )
+    ap.add_argument(
+        "--token", default=os.environ.get("FLUXO_TOKEN"), help="presenter token (or FLUXO_TOKEN)"
+    )
+    ap.add_argument(
+        "--model",
+        default="smollm2",
+        help="smollm2 (bundled), tiny (random, for tests) or a local checkpoint dir",
+    )
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--weights", choices=("fp32", "q4", "q8"), default=None,
-                    help="CPU weight format: the GGUF's Q4_1/Q8_0 blocks (q4; the default for smollm2), "
-                         "Q8_0 (q8) or the fp32 reference (the default for other models); the state "
-                         "reports what the forward reads")
-    ap.add_argument("--device", default=os.environ.get("FLUXO_DEVICE", "cpu"),
-                    help="cpu or cuda (or FLUXO_DEVICE); cuda without a GPU is an error, never a silent CPU run")
+    ap.add_argument(
+        "--weights",
+        choices=("fp32", "q4", "q8"),
+        default=None,
+        help="CPU weight format: the GGUF's Q4_1/Q8_0 blocks (q4; the default for smollm2), "
+        "Q8_0 (q8) or the fp32 reference (the default for other models); the state "
+        "reports what the forward reads",
+    )
+    ap.add_argument(
+        "--device",
+        default=os.environ.get("FLUXO_DEVICE", "cpu"),
+        help="cpu or cuda (or FLUXO_DEVICE); "
+        "cuda without a GPU is an error, never a silent CPU run",
+    )
     ap.add_argument("--policy", default="continuous")
     ap.add_argument("--runner", default="sync")
     ap.add_argument("--slots", type=int, default=8)
@@ -44,17 +63,80 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kv-layout", default="paged")
     ap.add_argument("--chunk-budget", type=int, default=64)
     ap.add_argument("--queue-limit", type=int, default=Limits().queue_limit)
-    ap.add_argument("--max-open", type=int, default=Limits().max_open_requests, help="open requests per client")
-    ap.add_argument("--rate-limit", type=float, default=Limits().max_requests_per_s, help="requests/s per client")
-    ap.add_argument("--history", type=int, default=20_000, help="step records kept for late subscribers and export")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core it may use)")
-    ap.add_argument("--cpus", default=os.environ.get("FLUXO_ENGINE_CPUS"),
-                    help="cores the engine computes on, e.g. 1 or 1-3 (default: all; the lab launcher keeps "
-                         "one for the page and the browser)")
-    ap.add_argument("--no-calibrate", action="store_true",
-                    help="skip the ~3 s start-up run that calibrates the cost model behind the stall chart's "
-                         "expected step times (it then learns from live steps only)")
-    args = ap.parse_args(argv)
+    ap.add_argument(
+        "--max-open", type=int, default=Limits().max_open_requests, help="open requests per client"
+    )
+    ap.add_argument(
+        "--rate-limit",
+        type=float,
+        default=Limits().max_requests_per_s,
+        help="requests/s per client",
+    )
+    ap.add_argument(
+        "--history",
+        type=int,
+        default=20_000,
+        help="step records kept for late subscribers and export",
+    )
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: one per core it may use)"
+    )
+    ap.add_argument(
+        "--cpus",
+        default=os.environ.get("FLUXO_ENGINE_CPUS"),
+        help="cores the engine computes on, e.g. 1 or 1-3 (default: all; the lab launcher keeps "
+        "one for the page and the browser)",
+    )
+    ap.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="skip the ~3 s start-up run that calibrates the cost model behind the stall chart's "
+        "expected step times (it then learns from live steps only)",
+    )
+    return ap.parse_args(argv)
+
+
+def _config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        threads=args.threads,
+        cpus=cpu.parse(args.cpus),
+        device=args.device,
+        model=args.model,
+        dtype=args.dtype,
+        weights=args.weights or ("q4" if args.model == "smollm2" else "fp32"),
+        policy=args.policy,
+        runner=args.runner,
+        max_slots=args.slots,
+        kv_blocks=args.kv_blocks,
+        kv_layout=args.kv_layout,
+        chunk_budget=args.chunk_budget,
+    )
+
+
+def _say_threads(config: EngineConfig) -> None:
+    if config.cpus or config.threads:
+        where = f" on core(s) {','.join(map(str, config.cpus))} {cpu.platform_note()}"
+        print(
+            f"engine computes with {torch.get_num_threads()} torch thread(s)"
+            + (where if config.cpus else ""),
+            flush=True,
+        )
+
+
+def _serve(server: Server) -> None:
+    async def run() -> None:
+        stop = asyncio.get_running_loop().create_future()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(
+                sig, lambda: stop.done() or stop.set_result(None)
+            )
+        await server.serve(stop)
+
+    asyncio.run(run())
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # not one line per connection
 
@@ -62,34 +144,43 @@ def main(argv: list[str] | None = None) -> None:
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         token = secrets.token_urlsafe(12)
         print(f"presenter token (bound to {args.host}, control needs it): {token}", flush=True)
-    config = EngineConfig(threads=args.threads, cpus=cpu.parse(args.cpus), device=args.device, model=args.model, dtype=args.dtype, weights=args.weights or ("q4" if args.model == "smollm2" else "fp32"), policy=args.policy, runner=args.runner, max_slots=args.slots,
-                          kv_blocks=args.kv_blocks, kv_layout=args.kv_layout, chunk_budget=args.chunk_budget)
+    config = _config(args)
     try:
-        engine = Engine(config, max_telemetry_steps=args.history, max_telemetry_requests=args.history)
+        engine = Engine(
+            config, max_telemetry_steps=args.history, max_telemetry_requests=args.history
+        )
     except DeviceUnavailable as exc:
         raise SystemExit(f"error [{exc.code}]: {exc.message}") from None
-    limits = Limits(queue_limit=args.queue_limit, max_open_requests=args.max_open, max_requests_per_s=args.rate_limit)
-    http_port = (args.port + 1 if args.port else 0) if args.http_port is None else (args.http_port or None)
-    if config.cpus or config.threads:
-        print(f"engine computes with {torch.get_num_threads()} torch thread(s)"
-              + (f" on core(s) {','.join(map(str, config.cpus))} {cpu.platform_note()}" if config.cpus else ""), flush=True)
+    limits = Limits(
+        queue_limit=args.queue_limit,
+        max_open_requests=args.max_open,
+        max_requests_per_s=args.rate_limit,
+    )
+    http_port = (
+        (args.port + 1 if args.port else 0) if args.http_port is None else (args.http_port or None)
+    )
+    _say_threads(config)
     if not args.no_calibrate:
         took = engine.calibrate()
         print(f"cost model calibrated on quiet steps in {took:.1f} s", flush=True)
-    server = Server(engine, args.host, args.port, token, limits, model_name=args.model, http_port=http_port,
-                    comparison=Comparison(scenario.compare, tuple(scenario.WORKLOADS)))
+    server = Server(
+        engine,
+        args.host,
+        args.port,
+        token,
+        limits,
+        model_name=args.model,
+        http_port=http_port,
+        comparison=Comparison(scenario.compare, tuple(scenario.WORKLOADS)),
+    )
     if http_port:  # (an ephemeral port is logged once bound)
         host = f"[{args.host}]" if ":" in args.host else args.host
-        print(f"OpenAI-compatible HTTP API: http://{host}:{http_port}/v1 (health and metrics also on "
-              f"http://{host}:{args.port}/health and /metrics)", flush=True)
-
-    async def run() -> None:
-        stop = asyncio.get_running_loop().create_future()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
-        await server.serve(stop)
-
-    asyncio.run(run())
+        print(
+            f"OpenAI-compatible HTTP API: http://{host}:{http_port}/v1 (health and metrics also on "
+            f"http://{host}:{args.port}/health and /metrics)",
+            flush=True,
+        )
+    _serve(server)
 
 
 if __name__ == "__main__":

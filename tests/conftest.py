@@ -1,4 +1,6 @@
-"""Shared fixtures: the tiny float64 model (exact arithmetic) and SmolLM2 (the real one), each loaded once."""
+"""Shared fixtures: the tiny float64 model (exact arithmetic) and SmolLM2 (the real one), each
+loaded once."""
+
 from __future__ import annotations
 
 import sys
@@ -28,7 +30,15 @@ def make_tiny_engine(tiny):
     model, tok = tiny
 
     def make(**overrides) -> Engine:
-        cfg = dict(model="tiny", dtype="float64", max_slots=4, kv_blocks=64, block_size=4, chunk_budget=8, fill_timeout_s=0.0)
+        cfg = dict(
+            model="tiny",
+            dtype="float64",
+            max_slots=4,
+            kv_blocks=64,
+            block_size=4,
+            chunk_budget=8,
+            fill_timeout_s=0.0,
+        )
         cfg.update(overrides)
         return Engine(EngineConfig(**cfg), model=model, tokenizer=tok)
 

@@ -1,5 +1,6 @@
 """The cost model behind the stall chart: it learns a machine's quiet step costs, and a step slowed
 from outside (not by its own work) stands out against its expected duration."""
+
 from __future__ import annotations
 
 import random
@@ -17,14 +18,24 @@ def test_the_lower_envelope_recovers_quiet_costs_under_outside_load():
     model = CostModel()
     for i in range(300):
         if i % 3 == 0:  # prefill-like steps
-            w = StepWork(tokens=rng.randint(16, 600), logit_rows=rng.randint(1, 8), attention_pairs=rng.randint(1000, 200_000))
+            w = StepWork(
+                tokens=rng.randint(16, 600),
+                logit_rows=rng.randint(1, 8),
+                attention_pairs=rng.randint(1000, 200_000),
+            )
         else:
             rows = rng.randint(1, 32)
             w = StepWork(tokens=rows, logit_rows=rows, attention_pairs=rows * rng.randint(20, 600))
-        slowdown = 1 + (rng.random() * 4 if rng.random() < 0.4 else rng.random() * 0.05)  # 40 % of steps loaded
+        # 40 % of steps loaded
+        slowdown = 1 + (rng.random() * 4 if rng.random() < 0.4 else rng.random() * 0.05)
         model.observe(w, _true_cost(w) * slowdown, 0.001)
     assert model.ready
-    for w in (StepWork(1, 1, 100), StepWork(8, 8, 4000), StepWork(512, 1, 150_000), StepWork(64, 64, 30_000)):
+    for w in (
+        StepWork(1, 1, 100),
+        StepWork(8, 8, 4000),
+        StepWork(512, 1, 150_000),
+        StepWork(64, 64, 30_000),
+    ):
         predicted = model.predict_compute(w)
         assert abs(predicted / _true_cost(w) - 1) < 0.10, (w, predicted, _true_cost(w))
         assert abs(model.expected(w) - predicted - 0.001) < 1e-3  # host work at its lower quartile
@@ -43,13 +54,19 @@ def test_not_ready_until_the_samples_span_batch_sizes():
 def test_engine_records_carry_expected_and_a_slowed_step_stands_out(make_tiny_engine):
     engine = make_tiny_engine(max_slots=4, kv_blocks=256, block_size=4, dtype="float32")
     took = engine.calibrate(rounds=((1, 8), (4, 16), (4, 48), (2, 96)))
-    assert took > 0 and engine.cost_model.ready and engine.step_count == 0 and not engine.telemetry.steps
+    assert (
+        took > 0
+        and engine.cost_model.ready
+        and engine.step_count == 0
+        and not engine.telemetry.steps
+    )
     run_execute = engine.runner.execute
     slowed: set[int] = set()
 
     took: list[float] = []
 
-    def execute(*args, **kwargs):  # outside load on a few steps: the forward is held back 8x its usual time
+    # outside load on a few steps: the forward is held back 8x its usual time
+    def execute(*args, **kwargs):
         if engine.step_count in (10, 20, 30):
             slowed.add(engine.step_count + 1)
             time.sleep(8 * sorted(took)[len(took) // 2])
@@ -66,5 +83,9 @@ def test_engine_records_carry_expected_and_a_slowed_step_stands_out(make_tiny_en
     assert all(r["expected_s"] is not None and r["expected_s"] > 0 for r in steps)
     ratio = {r["step"]: (r["t_end"] - r["t_start"]) / r["expected_s"] for r in steps}
     quiet = sorted(v for k, v in ratio.items() if k not in slowed)
-    typical = quiet[len(quiet) // 2]  # ~1 on a quiet machine; other load on it scales every step alike
-    assert slowed and all(ratio[s] > 3 * typical for s in slowed), ({s: ratio[s] for s in slowed}, typical)
+    # ~1 on a quiet machine; other load on it scales every step alike
+    typical = quiet[len(quiet) // 2]
+    assert slowed and all(ratio[s] > 3 * typical for s in slowed), (
+        {s: ratio[s] for s in slowed},
+        typical,
+    )

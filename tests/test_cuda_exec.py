@@ -2,15 +2,30 @@
 real rows' logits unchanged and write K/V only to the scratch slot beyond them; the static-buffer
 fill (with carry-over); the two alternating host buffers; the event-to-engine-clock arithmetic.
 The GPU half is tests/test_cuda.py."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from engine.core.config import EngineConfig
-from engine.core.cuda_exec import (GRAPH_SIZES, DecodeInputs, PinnedStaging, anchor, bucket, device_name, event_time,
-                              fill_static, flatten_inputs, graph_size, graph_width, lane_spans, pad_decode, padding,
-                              rebuild)
+from engine.core.cuda_exec import device_name
+from engine.core.cuda_host import (
+    GRAPH_SIZES,
+    DecodeInputs,
+    PinnedStaging,
+    anchor,
+    bucket,
+    event_time,
+    fill_static,
+    flatten_inputs,
+    graph_size,
+    graph_width,
+    lane_spans,
+    pad_decode,
+    padding,
+    rebuild,
+)
 from engine.core.errors import InvalidConfig
 from engine.core.llama import ForwardBatch
 from kernels.attention import paged_decode_attention
@@ -29,7 +44,11 @@ def _decode_state(make_tiny_engine, n: int):
     step with the block tables the CUDA build adds (built here by hand on the CPU)."""
     engine = make_tiny_engine(max_slots=n, block_size=4)
     for i in range(n):
-        engine.submit(token_ids=[(5 * i + j) % 200 + 3 for j in range(3 + 2 * i)], max_new_tokens=20, ignore_eos=True)
+        engine.submit(
+            token_ids=[(5 * i + j) % 200 + 3 for j in range(3 + 2 * i)],
+            max_new_tokens=20,
+            ignore_eos=True,
+        )
     engine.step()  # all prompts in one step (chunk_budget does not apply to continuous)
     engine.step()  # and a first decode step
     batch = engine.scheduler.schedule(engine.now())
@@ -37,18 +56,27 @@ def _decode_state(make_tiny_engine, n: int):
     fb, rows = engine.runner.build(batch)
     seqs = [s for s, _ in batch.items]
     width = max(len(s.block_table) for s in seqs)
-    fb.decode_tables = torch.tensor([s.block_table + [0] * (width - len(s.block_table)) for s in seqs],
-                                    dtype=torch.int32)  # [n, width]
+    fb.decode_tables = torch.tensor(
+        [s.block_table + [0] * (width - len(s.block_table)) for s in seqs], dtype=torch.int32
+    )  # [n, width]
     fb.decode_lens = torch.tensor([s.num_cached + 1 for s in seqs], dtype=torch.int32)  # [n]
     return engine, fb, rows
 
 
 def _graph_batch(static: DecodeInputs, size: int) -> ForwardBatch:
-    """The batch a captured graph of ``size`` reads: views of the static buffers, as _capture builds it."""
-    return ForwardBatch(input_ids=static.input_ids[:size], positions=static.positions[:size],
-                        write_slots=static.write_slots[:size], num_decode=size, decode_slots=None, decode_mask=None,
-                        logits_rows=torch.arange(size), decode_tables=static.tables[:size],
-                        decode_lens=static.lens[:size])
+    """The batch a captured graph of ``size`` reads: views of the static buffers, as _capture
+    builds it."""
+    return ForwardBatch(
+        input_ids=static.input_ids[:size],
+        positions=static.positions[:size],
+        write_slots=static.write_slots[:size],
+        num_decode=size,
+        decode_slots=None,
+        decode_mask=None,
+        logits_rows=torch.arange(size),
+        decode_tables=static.tables[:size],
+        decode_lens=static.lens[:size],
+    )
 
 
 def test_padded_decode_gives_the_real_rows_logits_and_touches_only_scratch(make_tiny_engine):
@@ -61,12 +89,15 @@ def test_padded_decode_gives_the_real_rows_logits_and_touches_only_scratch(make_
     before_k = runner.cache.k.clone()
     static = padding(max(GRAPH_SIZES), width, runner.cache.scratch_slot, cfg.block_size)
     fill_static(static, pad_decode(fb, size, width, runner.cache.scratch_slot, cfg.block_size))
-    fwd.triton_decode = paged_decode_attention  # the Triton kernel's contract, by its torch reference
+    fwd.triton_decode = (
+        paged_decode_attention  # the Triton kernel's contract, by its torch reference
+    )
     try:
         padded = fwd.forward(_graph_batch(static, size), runner.cache)  # [4, V]
     finally:
         fwd.triton_decode = None
-    changed = (runner.cache.k != before_k).flatten(2).any(-1).any(0).nonzero().flatten().tolist()  # slots
+    # slots
+    changed = (runner.cache.k != before_k).flatten(2).any(-1).any(0).nonzero().flatten().tolist()
     scratch = runner.cache.scratch_slot
     assert set(changed) <= set(fb.write_slots.tolist()) | {scratch}
     assert scratch in changed  # the padding row did write, there only
@@ -96,11 +127,16 @@ def test_static_fill_overwrites_in_place_and_fills_carry_over():
     step.lens[:2] = torch.tensor([7, 9], dtype=torch.int32)
     step.tables[0, :2] = torch.tensor([3, 4], dtype=torch.int32)
     prev = torch.tensor([100, 200, 300])
-    fill_static(static, step, carry_dst=torch.tensor([1]), carry_src=torch.tensor([2]), prev_tokens=prev)
-    assert {n: t.data_ptr() for n, t in static.tensors().items()} == addresses  # the graph's inputs stay put
+    fill_static(
+        static, step, carry_dst=torch.tensor([1]), carry_src=torch.tensor([2]), prev_tokens=prev
+    )
+    assert {
+        n: t.data_ptr() for n, t in static.tensors().items()
+    } == addresses  # the graph's inputs stay put
     assert static.input_ids[:4].tolist() == [11, 300, 13, 0]
     assert static.lens[:4].tolist() == [7, 9, 1, 1] and static.tables[0, :3].tolist() == [3, 4, 0]
-    assert static.tables[3, 0].item() == 10 and static.write_slots[3].item() == 40  # padding: scratch block 40 // 4
+    # padding: scratch block 40 // 4
+    assert static.tables[3, 0].item() == 10 and static.write_slots[3].item() == 40
 
 
 class _Fence:
@@ -122,10 +158,18 @@ def test_pinned_staging_alternates_and_waits_for_its_own_set_only():
     k1 = st.acquire()
     assert (k0, k1) == (0, 1) and not f0.waited  # step N+1 stages while step N's copy may still run
     b = st.stage(k1, "input_ids", torch.arange(5) * 10)
-    assert a.tolist() == [0, 1, 2, 3, 4] and b.tolist() == [0, 10, 20, 30, 40]  # N's buffer untouched
+    # N's buffer untouched
+    assert a.tolist() == [0, 1, 2, 3, 4] and b.tolist() == [
+        0,
+        10,
+        20,
+        30,
+        40,
+    ]
     f1 = _Fence()
     st.fence(k1, f1)
-    assert st.acquire() == 0 and f0.waited and not f1.waited  # N+2 reuses N's set once N's copy is done
+    # N+2 reuses N's set once N's copy is done
+    assert st.acquire() == 0 and f0.waited and not f1.waited
     big = st.stage(0, "input_ids", torch.arange(200).view(20, 10))  # grows, keeps the shape
     assert big.shape == (20, 10) and big[19, 9].item() == 199
     mask = st.stage(0, "decode_mask", torch.tensor([[True, False]]))
@@ -187,6 +231,7 @@ def test_server_hello_and_state_name_the_device(make_tiny_engine):
     server = Server(make_tiny_engine(), "127.0.0.1", 0, None)
     _, stop = server.run_in_thread()
     try:
+
         async def hello() -> dict:
             async with connect(f"ws://127.0.0.1:{server.port}") as ws:
                 return json.loads(await ws.recv())

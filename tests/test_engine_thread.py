@@ -1,5 +1,6 @@
 """The engine on its own thread, as the server runs it: requests from other threads, pause, single
 steps and resume."""
+
 from __future__ import annotations
 
 import threading
@@ -13,9 +14,13 @@ def test_run_forever_pause_single_step_resume(make_tiny_engine):
     thread.start()
     try:
         first = engine.submit(token_ids=[1, 2, 3], max_new_tokens=5, ignore_eos=True)
-        assert [e.kind for e in first][-1] == "done" and len(first.token_ids) == 5  # served by the thread
+        assert [e.kind for e in first][-1] == "done" and len(
+            first.token_ids
+        ) == 5  # served by the thread
         engine.pause()
-        handles = [engine.submit(token_ids=[4 + i, 5], max_new_tokens=6, ignore_eos=True) for i in range(3)]
+        handles = [
+            engine.submit(token_ids=[4 + i, 5], max_new_tokens=6, ignore_eos=True) for i in range(3)
+        ]
         steps_before = engine.step_count
         time.sleep(0.2)
         assert engine.step_count == steps_before  # paused: nothing moves
@@ -35,12 +40,17 @@ def test_run_forever_pause_single_step_resume(make_tiny_engine):
 
 def test_cancel_client_ends_only_that_clients_requests(make_tiny_engine):
     engine = make_tiny_engine(max_slots=2)
-    mine = [engine.submit(token_ids=[1, 2], max_new_tokens=40, ignore_eos=True, client="a") for _ in range(3)]
+    mine = [
+        engine.submit(token_ids=[1, 2], max_new_tokens=40, ignore_eos=True, client="a")
+        for _ in range(3)
+    ]
     other = engine.submit(token_ids=[3, 4], max_new_tokens=10, ignore_eos=True, client="b")
     for _ in range(4):
         engine.step()
     assert engine.cancel_client("a") == 3
     engine.run_until_idle()
-    assert all(h.seq.status.value == "cancelled" and [e.kind for e in h].count("done") == 1 for h in mine)
+    assert all(
+        h.seq.status.value == "cancelled" and [e.kind for e in h].count("done") == 1 for h in mine
+    )
     assert other.seq.status.value == "finished" and len(other.token_ids) == 10
     assert engine.blocks.num_used == 0

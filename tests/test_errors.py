@@ -1,11 +1,20 @@
 """Bad input gets a clear exception with a code; the engine keeps serving everyone else."""
+
 from __future__ import annotations
 
 import pytest
 
 from engine.core.config import EngineConfig
-from engine.core.errors import (EmptyPrompt, FluxoError, InvalidConfig, InvalidMaxTokens, InvalidSampling,
-                           KVBudgetTooSmall, PromptTooLong, UnknownMode)
+from engine.core.errors import (
+    EmptyPrompt,
+    FluxoError,
+    InvalidConfig,
+    InvalidMaxTokens,
+    InvalidSampling,
+    KVBudgetTooSmall,
+    PromptTooLong,
+    UnknownMode,
+)
 
 BAD_SUBMITS = [
     (dict(prompt=""), EmptyPrompt, "empty_prompt"),
@@ -26,7 +35,9 @@ BAD_SUBMITS = [
 
 
 @pytest.mark.parametrize("kwargs,exc,code", BAD_SUBMITS)
-def test_bad_submit_raises_coded_error_and_engine_keeps_serving(make_tiny_engine, kwargs, exc, code):
+def test_bad_submit_raises_coded_error_and_engine_keeps_serving(
+    make_tiny_engine, kwargs, exc, code
+):
     engine = make_tiny_engine(max_model_len=256)
     good = engine.submit(token_ids=[1, 2, 3], max_new_tokens=5, ignore_eos=True)
     with pytest.raises(exc) as info:
@@ -58,9 +69,17 @@ def test_budget_shrunk_live_fails_only_what_no_longer_fits(make_tiny_engine):
     assert len(small.token_ids) == 4 and engine.blocks.num_used == 0
 
 
-@pytest.mark.parametrize("change,exc", [(dict(policy="fifo"), UnknownMode), (dict(runner="gpu"), UnknownMode),
-                                        (dict(kv_layout="ring"), UnknownMode), (dict(max_slots=0), InvalidConfig),
-                                        (dict(chunk_budget=1.5), InvalidConfig), (dict(block_size=8), InvalidConfig)])
+@pytest.mark.parametrize(
+    "change,exc",
+    [
+        (dict(policy="fifo"), UnknownMode),
+        (dict(runner="gpu"), UnknownMode),
+        (dict(kv_layout="ring"), UnknownMode),
+        (dict(max_slots=0), InvalidConfig),
+        (dict(chunk_budget=1.5), InvalidConfig),
+        (dict(block_size=8), InvalidConfig),
+    ],
+)
 def test_bad_reconfigure_is_refused_and_nothing_changes(make_tiny_engine, change, exc):
     engine = make_tiny_engine()
     before = engine.config.live()

@@ -1,4 +1,6 @@
-"""The engine's own ragged, paged forward agrees with the transformers forward on the same weights."""
+"""The engine's own ragged, paged forward agrees with the transformers forward on the same
+weights."""
+
 from __future__ import annotations
 
 import torch
@@ -39,11 +41,24 @@ def test_tiny_float64_matches_transformers_exactly(tiny):
     model, tok = tiny
     # Chunked with a small budget and blocks of 4 makes every kind of row: whole prefills, prefill
     # chunks continuing over cached tokens, decodes whose context spans several blocks.
-    engine = Engine(EngineConfig(model="tiny", dtype="float64", policy="chunked", chunk_budget=7, block_size=4,
-                                 kv_blocks=64, max_slots=3), model=model, tokenizer=tok)
+    engine = Engine(
+        EngineConfig(
+            model="tiny",
+            dtype="float64",
+            policy="chunked",
+            chunk_budget=7,
+            block_size=4,
+            kv_blocks=64,
+            max_slots=3,
+        ),
+        model=model,
+        tokenizer=tok,
+    )
     seen = _capture_rows(engine)
     for i, n in enumerate((3, 11, 17, 6)):
-        engine.submit(token_ids=[(7 * i + j) % 250 for j in range(n)], max_new_tokens=6, ignore_eos=True)
+        engine.submit(
+            token_ids=[(7 * i + j) % 250 for j in range(n)], max_new_tokens=6, ignore_eos=True
+        )
     engine.run_until_idle()
     assert len(seen) == 4 * 6
     worst = max(float((logits - _reference(model, ids)).abs().max()) for ids, logits in seen)
@@ -52,11 +67,24 @@ def test_tiny_float64_matches_transformers_exactly(tiny):
 
 def test_static_dead_slots_do_not_disturb_live_rows(tiny):
     model, tok = tiny
-    engine = Engine(EngineConfig(model="tiny", dtype="float64", policy="static", block_size=4, kv_blocks=64,
-                                 max_slots=3, fill_timeout_s=0.0), model=model, tokenizer=tok)
+    engine = Engine(
+        EngineConfig(
+            model="tiny",
+            dtype="float64",
+            policy="static",
+            block_size=4,
+            kv_blocks=64,
+            max_slots=3,
+            fill_timeout_s=0.0,
+        ),
+        model=model,
+        tokenizer=tok,
+    )
     seen = _capture_rows(engine)
     for i, m in enumerate((2, 9, 5)):
-        engine.submit(token_ids=[(11 * i + j) % 250 for j in range(5 + i)], max_new_tokens=m, ignore_eos=True)
+        engine.submit(
+            token_ids=[(11 * i + j) % 250 for j in range(5 + i)], max_new_tokens=m, ignore_eos=True
+        )
     engine.run_until_idle()
     dead_steps = sum(1 for r in engine.telemetry.steps if r["tokens"]["dead"])
     assert dead_steps >= 4  # the short member sat dead while the long one finished
@@ -66,9 +94,17 @@ def test_static_dead_slots_do_not_disturb_live_rows(tiny):
 
 def test_smollm2_float32_logits_close_and_argmax_equal(smollm2):
     model, tok = smollm2
-    engine = Engine(EngineConfig(policy="chunked", chunk_budget=24, kv_blocks=64, max_slots=4), model=model, tokenizer=tok)
+    engine = Engine(
+        EngineConfig(policy="chunked", chunk_budget=24, kv_blocks=64, max_slots=4),
+        model=model,
+        tokenizer=tok,
+    )
     seen = _capture_rows(engine)
-    for p in ("What is the capital of France?", "Write a haiku about the sea.", "Why is the sky blue?"):
+    for p in (
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "Why is the sky blue?",
+    ):
         engine.submit(prompt=p, max_new_tokens=4, ignore_eos=True)
     engine.run_until_idle()
     assert len(seen) == 12

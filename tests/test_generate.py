@@ -1,4 +1,6 @@
-"""Greedy tokens equal transformers' generate, and do not depend on policy, KV layout or live switches."""
+"""Greedy tokens equal transformers' generate, and do not depend on policy, KV layout or live
+switches."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,15 +25,21 @@ def hf_reference(smollm2):
     model, tok = smollm2
     out = []
     with torch.inference_mode():
-        for p, n in zip(PROMPTS, MAX_NEW):
+        for p, n in zip(PROMPTS, MAX_NEW, strict=False):
             ids = torch.tensor([chat_ids(tok, [{"role": "user", "content": p}])])
-            gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False)
-            out.append(gen[0, ids.shape[1]:].tolist())
+            gen = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False
+            )
+            out.append(gen[0, ids.shape[1] :].tolist())
     return out
 
 
-def _run(engine: Engine, switch_at: int | None = None, switch: dict | None = None) -> list[list[int]]:
-    handles = [engine.submit(prompt=p, max_new_tokens=n) for p, n in zip(PROMPTS, MAX_NEW)]
+def _run(
+    engine: Engine, switch_at: int | None = None, switch: dict | None = None
+) -> list[list[int]]:
+    handles = [
+        engine.submit(prompt=p, max_new_tokens=n) for p, n in zip(PROMPTS, MAX_NEW, strict=False)
+    ]
     steps = 0
     while engine.has_work():
         if engine.step() is not None:
@@ -57,11 +65,19 @@ def test_smollm2_greedy_equals_transformers_generate(smollm2, hf_reference, case
     assert _run(engine) == hf_reference
 
 
-@pytest.mark.parametrize("switch", [dict(policy="static"), dict(policy="chunked", chunk_budget=8),
-                                    dict(kv_layout="reserved", max_slots=1)])
+@pytest.mark.parametrize(
+    "switch",
+    [
+        dict(policy="static"),
+        dict(policy="chunked", chunk_budget=8),
+        dict(kv_layout="reserved", max_slots=1),
+    ],
+)
 def test_smollm2_greedy_survives_live_switch(smollm2, hf_reference, switch):
     model, tok = smollm2
-    engine = Engine(EngineConfig(kv_blocks=128, policy="continuous", max_slots=3), model=model, tokenizer=tok)
+    engine = Engine(
+        EngineConfig(kv_blocks=128, policy="continuous", max_slots=3), model=model, tokenizer=tok
+    )
     assert _run(engine, switch_at=5, switch=switch) == hf_reference
     assert any(ev["kind"] == "reconfigure" for r in engine.telemetry.steps for ev in r["events"])
 
@@ -72,12 +88,24 @@ def test_tiny_identical_across_policies_layouts_and_switches(make_tiny_engine, t
     lengths = [4, 19, 7, 12, 2, 9, 15]
     # ignore_eos makes EOS an ordinary token, which generate cannot express (min_new_tokens forbids
     # EOS instead), so the reference is a plain greedy loop over the transformers forward.
-    ref = [_greedy(model, p, n) for p, n in zip(prompts, lengths)]
-    configs = [dict(policy=p, kv_layout=k) for p in ("static", "continuous", "chunked") for k in ("paged", "reserved")]
+    ref = [_greedy(model, p, n) for p, n in zip(prompts, lengths, strict=False)]
+    configs = [
+        dict(policy=p, kv_layout=k)
+        for p in ("static", "continuous", "chunked")
+        for k in ("paged", "reserved")
+    ]
     for cfg in configs:
-        for switch in (None, dict(policy="static"), dict(policy="chunked", chunk_budget=3), dict(policy="continuous")):
+        for switch in (
+            None,
+            dict(policy="static"),
+            dict(policy="chunked", chunk_budget=3),
+            dict(policy="continuous"),
+        ):
             engine = make_tiny_engine(**cfg)
-            handles = [engine.submit(token_ids=p, max_new_tokens=n, ignore_eos=True) for p, n in zip(prompts, lengths)]
+            handles = [
+                engine.submit(token_ids=p, max_new_tokens=n, ignore_eos=True)
+                for p, n in zip(prompts, lengths, strict=False)
+            ]
             steps = 0
             while engine.has_work():
                 steps += engine.step() is not None

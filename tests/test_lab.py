@@ -1,6 +1,8 @@
-"""The lab launcher as a teacher runs it: on an address beyond loopback it requires a presenter token
+"""The lab launcher as a teacher runs it: on an address beyond loopback it requires a presenter
+token
 (generated and printed), students connecting to the engine are viewers, the engine and the page
 get cores of their own, and stopping the launcher stops both."""
+
 from __future__ import annotations
 
 import asyncio
@@ -42,9 +44,26 @@ async def _role_and_pause(url: str) -> tuple[str, dict]:
 def test_exposed_lab_requires_a_token_and_gives_the_engine_its_own_cores():
     eport, pport = _port(), _port()
     env = {k: v for k, v in os.environ.items() if k != "FLUXO_TOKEN"}
-    proc = subprocess.Popen([sys.executable, "-m", "engine.lab", "--model", "tiny", "--host", "0.0.0.0",
-                             "--engine-port", str(eport), "--page-port", str(pport)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine.lab",
+            "--model",
+            "tiny",
+            "--host",
+            "0.0.0.0",
+            "--engine-port",
+            str(eport),
+            "--page-port",
+            str(pport),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         token, lines, deadline = None, [], time.time() + 300
         while token is None and time.time() < deadline and proc.poll() is None:

@@ -1,6 +1,7 @@
 """``pip install .`` gives a working lab: the wheel carries every file the lab reads at run time
 (the page's component and vendored chart libraries, the lessons, the perplexity text), and every
 console script names a function that exists. Building the wheel takes ~7 s on 2 cores."""
+
 from __future__ import annotations
 
 import importlib
@@ -23,15 +24,31 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
         import setuptools  # noqa: F401 - the build backend, used without build isolation (offline)
     except ImportError:
         pytest.skip("setuptools is not installed in this environment")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(ROOT)], check=True, cwd=out, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        cwd=out,
+        timeout=300,
+    )
     (path,) = out.glob("fluxo-*.whl")
     return zipfile.ZipFile(path)
 
 
 def test_the_wheel_carries_every_tracked_file_the_lab_reads(wheel):
-    tracked = subprocess.run(["git", "ls-files", *SHIPPED], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", *SHIPPED], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     if not tracked:
         pytest.skip("not a git checkout")
     names = set(wheel.namelist())

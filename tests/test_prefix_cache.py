@@ -12,6 +12,7 @@
 3. Focused cases: a re-admitted request hits its own blocks, eviction is least recently used,
    the telemetry fields, the live switch, and the async runner.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -26,10 +27,20 @@ from engine.core.sequence import SamplingParams, Sequence, Status
 
 BS = 4  # the tiny engine's block size (conftest)
 MAX_NEW = 10
-PROP = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                                  HealthCheck.data_too_large])
+PROP = dict(
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 # A few prefixes many prompts start with (a system preamble, a shared document), in blocks of 4.
-PREFIXES = ([7, 7, 7, 7, 1, 2, 3, 4, 9, 9, 9, 9], [200, 201, 202, 203, 204, 205, 206, 207], [5, 5, 5, 5])
+PREFIXES = (
+    [7, 7, 7, 7, 1, 2, 3, 4, 9, 9, 9, 9],
+    [200, 201, 202, 203, 204, 205, 206, 207],
+    [5, 5, 5, 5],
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -46,13 +57,18 @@ def shared_prompt(prefix: int, cut: int, tail: list[int]) -> list[int]:
 
 
 # Most prompts start with a shared prefix (whole blocks of it, or a cut inside one), some with none.
-prompt_st = st.builds(shared_prompt, st.integers(0, len(PREFIXES) - 1), st.sampled_from((12, 12, 8, 6, 4, 0)),
-                      st.lists(st.integers(0, 255), max_size=6))
+prompt_st = st.builds(
+    shared_prompt,
+    st.integers(0, len(PREFIXES) - 1),
+    st.sampled_from((12, 12, 8, 6, 4, 0)),
+    st.lists(st.integers(0, 255), max_size=6),
+)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 1. The pool alone, with content
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+
 
 class PrefixPoolMachine(RuleBasedStateMachine):
     """``content[b]`` is what block ``b`` holds (the tokens written there); a hit must hold exactly
@@ -77,13 +93,15 @@ class PrefixPoolMachine(RuleBasedStateMachine):
         hits, keys = bm.match(seq)
         assert len(hits) * BS <= seq.num_tokens - 1, "a whole sequence came from the cache"
         for i, b in enumerate(hits):
-            assert self.content[b] == tuple(seq.tokens(i * BS, (i + 1) * BS)), "a hit holds other tokens"
+            assert self.content[b] == tuple(seq.tokens(i * BS, (i + 1) * BS)), (
+                "a hit holds other tokens"
+            )
         target = len(hits) * BS + 1 + extra
         refs = [bm.ref(b) for b in hits]
         if not bm.can_admit(hits, target):
             return
         bm.admit(seq, hits, keys, target)
-        assert seq.block_table[:len(hits)] == hits
+        assert seq.block_table[: len(hits)] == hits
         assert [bm.ref(b) for b in hits] == [r + 1 for r in refs]
         seq.num_cached = len(hits) * BS
         self.hit_blocks += len(hits)
@@ -93,7 +111,8 @@ class PrefixPoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.running)
     @rule(pick=st.integers(0, 100), n=st.integers(1, 9))
     def compute(self, pick: int, n: int) -> None:
-        """Write K/V for the next ``n`` tokens (growing as needed), then register: what a step does."""
+        """Write K/V for the next ``n`` tokens (growing as needed), then register: what a step
+        does."""
         bm, seq = self.bm, self.running[pick % len(self.running)]
         if seq.num_cached >= seq.num_tokens:  # decoding: a new token arrives first
             seq.output_ids.append(300 + seq.num_tokens % 3)
@@ -131,7 +150,10 @@ class PrefixPoolMachine(RuleBasedStateMachine):
     def switch(self, on: bool) -> None:
         self.bm.set_caching(on)
         if not on:
-            assert self.bm.num_cached == 0 and not self.bm.match(Sequence([1] * 9, SamplingParams()))[0]
+            assert (
+                self.bm.num_cached == 0
+                and not self.bm.match(Sequence([1] * 9, SamplingParams()))[0]
+            )
 
     @invariant()
     def pool_is_exact(self) -> None:
@@ -160,14 +182,18 @@ def test_pool_evicts_least_recently_used_and_never_a_referenced_block():
     assert bm.num_cached == 4 and bm.num_used == 0 and bm.num_free == 4
     # the tail of a sequence goes back first, so it is reclaimed first
     assert list(bm._lru) == [a_blocks[1], a_blocks[0], b_blocks[1], b_blocks[0]]
-    c = Sequence(prompt_ids=list(range(100, 107)), params=SamplingParams())  # shares b's first block
+    # shares b's first block
+    c = Sequence(prompt_ids=list(range(100, 107)), params=SamplingParams())
     hits, keys = bm.match(c)
     assert hits == [b_blocks[0]]
     bm.admit(c, hits, keys, 8)  # takes b's first block back, then one new: a's tail is evicted
     assert c.block_table == [b_blocks[0], a_blocks[1]] and bm.evictions == 1
-    assert bm.match(Sequence(prompt_ids=list(range(9)), params=SamplingParams()))[0] == [a_blocks[0]]
+    assert bm.match(Sequence(prompt_ids=list(range(9)), params=SamplingParams()))[0] == [
+        a_blocks[0]
+    ]
     d = Sequence(prompt_ids=[50] * 20, params=SamplingParams())
-    assert not bm.can_admit([], 12)  # two free blocks are left (a's first, b's second): 3 do not fit
+    # two free blocks are left (a's first, b's second): 3 do not fit
+    assert not bm.can_admit([], 12)
     bm.admit(d, [], [], 8)
     assert set(d.block_table) == {a_blocks[0], b_blocks[1]} and bm.num_cached == 0
     assert bm.ref(b_blocks[0]) == 1  # the referenced block survived every eviction
@@ -186,9 +212,9 @@ def test_pool_refuses_a_double_free_without_changing_state():
     bm.check(holders=[])
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 2. The engine under random programs with shared prefixes
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 _REF: dict[tuple[int, ...], list[int]] = {}
 
@@ -201,16 +227,23 @@ def reference(model, prompt: list[int]) -> list[int]:
         with torch.inference_mode():
             for _ in range(MAX_NEW):
                 ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-        _REF[key] = ids[len(prompt):]
+        _REF[key] = ids[len(prompt) :]
     return _REF[key]
 
 
 def registered_kv(engine) -> dict[int, tuple[int, torch.Tensor]]:
     """Key and K/V of every registered block, read once the step in flight (async) has landed."""
-    engine._pool.submit(lambda: None).result()
+    engine.device_pool.submit(lambda: None).result()
     cache, bs = engine.runner.cache, engine.config.block_size
-    return {b: (k, torch.cat([cache.k[:, b * bs:(b + 1) * bs], cache.v[:, b * bs:(b + 1) * bs]]).clone())
-            for b, k in engine.blocks._key.items()}
+    return {
+        b: (
+            k,
+            torch.cat(
+                [cache.k[:, b * bs : (b + 1) * bs], cache.v[:, b * bs : (b + 1) * bs]]
+            ).clone(),
+        )
+        for b, k in engine.blocks._key.items()
+    }
 
 
 def check_engine(engine, before: dict) -> dict:
@@ -228,23 +261,49 @@ def check_engine(engine, before: dict) -> dict:
 
 
 submit_st = st.tuples(st.just("submit"), prompt_st, st.integers(1, MAX_NEW))
-ops_st = st.lists(st.one_of(
-    submit_st, submit_st, st.tuples(st.just("step"), st.integers(1, 5)), st.tuples(st.just("step"), st.integers(1, 5)),
-    st.tuples(st.just("cancel"), st.integers(0, 50)),
-    st.tuples(st.just("reconfigure"), st.fixed_dictionaries({}, optional={
-        "prefix_cache": st.booleans(), "policy": st.sampled_from(("static", "continuous", "chunked")),
-        "runner": st.sampled_from(("sync", "async")), "kv_layout": st.sampled_from(("paged", "reserved")),
-        "kv_blocks": st.integers(6, 20), "chunk_budget": st.integers(1, 10), "max_slots": st.integers(1, 4)})),
-), min_size=4, max_size=22)
+ops_st = st.lists(
+    st.one_of(
+        submit_st,
+        submit_st,
+        st.tuples(st.just("step"), st.integers(1, 5)),
+        st.tuples(st.just("step"), st.integers(1, 5)),
+        st.tuples(st.just("cancel"), st.integers(0, 50)),
+        st.tuples(
+            st.just("reconfigure"),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "prefix_cache": st.booleans(),
+                    "policy": st.sampled_from(("static", "continuous", "chunked")),
+                    "runner": st.sampled_from(("sync", "async")),
+                    "kv_layout": st.sampled_from(("paged", "reserved")),
+                    "kv_blocks": st.integers(6, 20),
+                    "chunk_budget": st.integers(1, 10),
+                    "max_slots": st.integers(1, 4),
+                },
+            ),
+        ),
+    ),
+    min_size=4,
+    max_size=22,
+)
 # Requests first, a few steps (their prompts get computed and registered), then anything: later
 # admissions then have something to hit.
 program_st = st.tuples(st.lists(submit_st, min_size=1, max_size=4), st.integers(1, 4), ops_st).map(
-    lambda t: [*t[0], ("step", t[1]), *t[2]])
+    lambda t: [*t[0], ("step", t[1]), *t[2]]
+)
 
-start_st = st.fixed_dictionaries({
-    "policy": st.sampled_from(("static", "continuous", "chunked")), "runner": st.sampled_from(("sync", "async")),
-    "kv_layout": st.sampled_from(("paged", "reserved")), "kv_blocks": st.integers(7, 16),
-    "chunk_budget": st.integers(1, 10), "max_slots": st.integers(1, 4), "prefix_cache": st.booleans()})
+start_st = st.fixed_dictionaries(
+    {
+        "policy": st.sampled_from(("static", "continuous", "chunked")),
+        "runner": st.sampled_from(("sync", "async")),
+        "kv_layout": st.sampled_from(("paged", "reserved")),
+        "kv_blocks": st.integers(7, 16),
+        "chunk_budget": st.integers(1, 10),
+        "max_slots": st.integers(1, 4),
+        "prefix_cache": st.booleans(),
+    }
+)
 
 
 @settings(max_examples=60, **PROP)
@@ -257,7 +316,9 @@ def test_random_programs_share_blocks_safely(make_tiny_engine, tiny, start, ops)
         if op[0] == "submit":
             log: list = []
             try:
-                h = engine.submit(token_ids=op[1], max_new_tokens=op[2], ignore_eos=True, sink=log.append)
+                h = engine.submit(
+                    token_ids=op[1], max_new_tokens=op[2], ignore_eos=True, sink=log.append
+                )
             except FluxoError as e:
                 assert e.code == "kv_budget_too_small"
                 continue
@@ -286,18 +347,23 @@ def test_random_programs_share_blocks_safely(make_tiny_engine, tiny, start, ops)
         assert len(terminal) == 1 and log[-1] is terminal[0], "a request did not end exactly once"
         ref = reference(model, h.seq.prompt_ids)
         if h.seq.status is Status.FINISHED:
-            assert h.token_ids == ref[:h.seq.params.max_new_tokens], (h.seq.prompt_ids, h.token_ids)
+            assert h.token_ids == ref[: h.seq.params.max_new_tokens], (
+                h.seq.prompt_ids,
+                h.token_ids,
+            )
         else:
-            assert h.token_ids == ref[:len(h.token_ids)]
+            assert h.token_ids == ref[: len(h.token_ids)]
         rec = engine.telemetry.requests[h.id]
         assert rec["cached_tokens"] == h.seq.cached_tokens and rec["cached_tokens"] % BS == 0
         if h.seq.preemptions == 0 and h.seq.status is Status.FINISHED:
             assert rec["cached_tokens"] + rec["computed_prompt_tokens"] == len(h.seq.prompt_ids)
     steps = list(engine.telemetry.steps)
-    for name, seen in (("a prefix-cache hit", any(r["cached_tokens"] for r in steps)),
-                       ("a block shared by running sequences", any(r["kv"]["blocks_shared"] for r in steps)),
-                       ("a preemption", any(r["preempted"] for r in steps)),
-                       ("a cached block evicted", bm.evictions > 0)):
+    for name, seen in (
+        ("a prefix-cache hit", any(r["cached_tokens"] for r in steps)),
+        ("a block shared by running sequences", any(r["kv"]["blocks_shared"] for r in steps)),
+        ("a preemption", any(r["preempted"] for r in steps)),
+        ("a cached block evicted", bm.evictions > 0),
+    ):
         if seen:
             event(name)
     for rec in steps:
@@ -307,11 +373,12 @@ def test_random_programs_share_blocks_safely(make_tiny_engine, tiny, start, ops)
         assert rec["kv"]["blocks_shared"] <= rec["kv"]["blocks_used"]
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 3. Focused cases
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
-DOC = [(3 * i + 11) % 250 for i in range(26)]  # a shared "document": 6 full blocks of 4, and 2 more tokens
+# a shared "document": 6 full blocks of 4, and 2 more tokens
+DOC = [(3 * i + 11) % 250 for i in range(26)]
 
 
 @pytest.mark.parametrize("runner", ["sync", "async"])
@@ -345,7 +412,8 @@ def test_concurrent_holders_share_blocks_and_records_say_so(make_tiny_engine, ti
     assert rec["admitted_cached"] == {b.id: 24, c.id: 12}
     assert rec["kv"]["blocks_shared"] == 6  # 3 blocks held by a, b, c; 3 more by a and b
     assert engine.blocks.extra_refs == 3 * 2 + 3
-    # shared tokens count once: a holds 27 (26 + 1 output), b 25 + ..., but 6 shared blocks are one copy
+    # shared tokens count once: a holds 27 (26 + 1 output), b 25 + ..., but 6 shared blocks are one
+    # copy
     kv = rec["kv"]
     assert kv["tokens_stored"] <= kv["tokens_allocated"] == kv["blocks_used"] * BS
     engine.run_until_idle()
@@ -367,7 +435,7 @@ def test_preempted_request_hits_its_own_blocks(make_tiny_engine, tiny):
     assert rec["cached_tokens"] >= 16, rec  # its prompt's full blocks came back from the cache
     readmit = [r for r in engine.telemetry.steps if victim.id in r["admitted"]][1:]
     assert any(r["admitted_cached"][victim.id] >= 16 for r in readmit)
-    for h, p in zip(handles, prompts):
+    for h, p in zip(handles, prompts, strict=False):
         assert h.token_ids == reference(model, p)
     engine.blocks.check(holders=[])
 
@@ -377,13 +445,17 @@ def test_live_switch_off_forgets_and_on_starts_again(make_tiny_engine, tiny):
     engine = make_tiny_engine(policy="chunked", chunk_budget=6)
     a = engine.submit(token_ids=DOC + [1], max_new_tokens=4, ignore_eos=True)
     engine.run_until_idle()
-    assert engine.blocks.num_cached == 7  # positions 0..29 computed (27 prompt + 3 outputs): 7 full blocks
+    # positions 0..29 computed (27 prompt + 3 outputs): 7 full blocks
+    assert engine.blocks.num_cached == 7
     engine.reconfigure(prefix_cache=False)
     b = engine.submit(token_ids=DOC + [2], max_new_tokens=4, ignore_eos=True)
     engine.run_until_idle()
     assert engine.blocks.num_cached == 0 and engine.telemetry.requests[b.id]["cached_tokens"] == 0
-    assert any(ev["kind"] == "reconfigure" and ev["changes"] == {"prefix_cache": False}
-               for r in engine.telemetry.steps for ev in r["events"])
+    assert any(
+        ev["kind"] == "reconfigure" and ev["changes"] == {"prefix_cache": False}
+        for r in engine.telemetry.steps
+        for ev in r["events"]
+    )
     engine.reconfigure(prefix_cache=True)
     c = engine.submit(token_ids=DOC + [3], max_new_tokens=4, ignore_eos=True)
     d_first = engine.step()  # c computes everything (nothing is cached) and registers it
@@ -397,7 +469,8 @@ def test_live_switch_off_forgets_and_on_starts_again(make_tiny_engine, tiny):
 
 
 def test_switch_off_while_blocks_are_shared(make_tiny_engine, tiny):
-    """Off while two sequences share blocks: they keep reading them, nothing is corrupted or leaked."""
+    """Off while two sequences share blocks: they keep reading them, nothing is corrupted or
+    leaked."""
     model, _ = tiny
     engine = make_tiny_engine(policy="continuous", runner="async")
     a = engine.submit(token_ids=DOC + [1], max_new_tokens=MAX_NEW, ignore_eos=True)
@@ -423,7 +496,7 @@ def test_async_never_registers_a_placeholder(make_tiny_engine, tiny):
     a = engine.submit(token_ids=prompt, max_new_tokens=MAX_NEW, ignore_eos=True)
     for _ in range(4):
         engine.step()
-        for b, (parent, tokens) in engine.blocks._meta.items():
+        for _b, (_parent, tokens) in engine.blocks._meta.items():
             assert -1 not in tokens
     engine.run_until_idle()
     out = reference(model, prompt)
@@ -447,5 +520,5 @@ def test_same_prefix_arriving_together_is_computed_once(make_tiny_engine, tiny, 
     engine.run_until_idle()
     cached = [engine.telemetry.requests[h.id]["cached_tokens"] for h in handles]
     assert cached == [0, 24, 24], cached
-    for h, p in zip(handles, prompts):
+    for h, p in zip(handles, prompts, strict=False):
         assert h.token_ids == reference(model, p)[:4]

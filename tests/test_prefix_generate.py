@@ -1,5 +1,6 @@
 """SmolLM2 with the prefix cache: prompts that share a ~400-token document give transformers'
 own greedy ``generate`` output, whether their prefix was computed or taken from the cache."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,8 +35,10 @@ def hf_reference(smollm2):
     with torch.inference_mode():
         for p in PROMPTS:
             ids = torch.tensor([chat_ids(tok, [{"role": "user", "content": p}])])
-            gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False)
-            out.append(gen[0, ids.shape[1]:].tolist())
+            gen = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False
+            )
+            out.append(gen[0, ids.shape[1] :].tolist())
     return out
 
 

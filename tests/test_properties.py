@@ -10,6 +10,7 @@ Everything runs on the tiny float64 Llama (byte tokenizer, EOS = 258): a step ta
 Engine bugs these properties found are pinned at the end by their minimal reproductions, now
 regression tests: BUG-A (fixed in c486857) and BUG-B (fixed in edf3bb1).
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -41,13 +42,20 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-PROP = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                                  HealthCheck.data_too_large])
+PROP = dict(
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 1. BlockManager alone
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+
 
 def _fake_seq() -> Sequence:
     return Sequence(prompt_ids=[0], params=SamplingParams())
@@ -56,14 +64,19 @@ def _fake_seq() -> Sequence:
 class BlockPoolMachine(RuleBasedStateMachine):
     seqs = Bundle("seqs")
 
-    @initialize(target=seqs, budget=st.integers(1, 24), block_size=st.integers(1, 8),
-                extra=st.one_of(st.none(), st.integers(0, 16)))
+    @initialize(
+        target=seqs,
+        budget=st.integers(1, 24),
+        block_size=st.integers(1, 8),
+        extra=st.one_of(st.none(), st.integers(0, 16)),
+    )
     def setup(self, budget: int, block_size: int, extra: int | None):
         capacity = None if extra is None else budget + extra
         self.bm = BlockManager(budget, block_size, capacity)
         assert self.bm.capacity == max(budget, capacity or 0)
         assert self.bm.num_used == 0 and self.bm.num_free == budget
-        self.held: list[Sequence] = [_fake_seq() for _ in range(3)]  # every sequence made (tables may be empty)
+        # every sequence made (tables may be empty)
+        self.held: list[Sequence] = [_fake_seq() for _ in range(3)]
         return multiple(*self.held)
 
     @rule(target=seqs)
@@ -82,7 +95,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         if can:
             bm.grow(seq, num_tokens)
             assert len(seq.block_table) == max(len(table), bm.blocks_for(num_tokens))
-            assert seq.block_table[:len(table)] == table  # existing blocks are kept, in order
+            assert seq.block_table[: len(table)] == table  # existing blocks are kept, in order
             if need > 0:
                 assert bm.num_used == used + need
                 assert bm.num_used <= bm.budget, "a grow went over the budget"
@@ -92,7 +105,8 @@ class BlockPoolMachine(RuleBasedStateMachine):
             assert seq.block_table == table and bm.num_used == used, "a failed grow changed state"
 
     @rule(seq=seqs)
-    def release(self, seq: Sequence) -> None:  # a released sequence may grow again, as a preempted one does
+    # a released sequence may grow again, as a preempted one does
+    def release(self, seq: Sequence) -> None:
         bm = self.bm
         used, n, table = bm.num_used, len(seq.block_table), list(seq.block_table)
         bm.release(seq)
@@ -136,23 +150,29 @@ BlockPoolMachine.TestCase.settings = settings(max_examples=100, stateful_step_co
 test_block_pool_state_machine = BlockPoolMachine.TestCase
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Engine harness: step-by-step invariant checks
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 # lengths drawn first so long prompts (which make paged runs preempt) are as likely as short ones
-prompts = st.integers(1, MAX_PROMPT).flatmap(lambda n: st.lists(st.integers(0, 255), min_size=n, max_size=n))
+prompts = st.integers(1, MAX_PROMPT).flatmap(
+    lambda n: st.lists(st.integers(0, 255), min_size=n, max_size=n)
+)
 
 
 def reconfig_changes(policies=POLICIES):
-    return st.fixed_dictionaries({}, optional={
-        "policy": st.sampled_from(policies),
-        "max_slots": st.integers(1, 5),
-        "kv_layout": st.sampled_from(("paged", "reserved")),
-        "kv_blocks": st.integers(5, 24),  # 8 blocks hold the longest request; 5..7 exercise the "budget shrank" failure
-        "chunk_budget": st.integers(1, 12),
-        "runner": st.sampled_from(("sync", "async")),
-    })
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "policy": st.sampled_from(policies),
+            "max_slots": st.integers(1, 5),
+            "kv_layout": st.sampled_from(("paged", "reserved")),
+            # 8 blocks hold the longest request; 5..7 exercise the "budget shrank" failure
+            "kv_blocks": st.integers(5, 24),
+            "chunk_budget": st.integers(1, 12),
+            "runner": st.sampled_from(("sync", "async")),
+        },
+    )
 
 
 def programs(policies=POLICIES):
@@ -165,14 +185,16 @@ def programs(policies=POLICIES):
         st.tuples(st.just("reconfigure"), reconfig_changes(policies)),
         st.tuples(st.just("reconfigure"), reconfig_changes(policies)),
     )
-    start = st.fixed_dictionaries({
-        "policy": st.sampled_from(policies),
-        "max_slots": st.integers(1, 5),
-        "kv_layout": st.sampled_from(("paged", "reserved")),
-        "kv_blocks": st.integers(8, 16),  # tight enough that paged runs preempt
-        "chunk_budget": st.integers(1, 12),
-        "runner": st.sampled_from(("sync", "async")),
-    })
+    start = st.fixed_dictionaries(
+        {
+            "policy": st.sampled_from(policies),
+            "max_slots": st.integers(1, 5),
+            "kv_layout": st.sampled_from(("paged", "reserved")),
+            "kv_blocks": st.integers(8, 16),  # tight enough that paged runs preempt
+            "chunk_budget": st.integers(1, 12),
+            "runner": st.sampled_from(("sync", "async")),
+        }
+    )
     return st.tuples(start, st.lists(op, min_size=3, max_size=25))
 
 
@@ -180,27 +202,77 @@ def _sub(n: int, max_new: int, ignore_eos: bool = True, first: int = 0) -> tuple
     return ("submit", [(first + 7 * i) % 256 for i in range(n)], max_new, ignore_eos)
 
 
-# Hand-written programs that random generation reaches only rarely; both engine-level properties run them.
+# Hand-written programs that random generation reaches only rarely; both engine-level properties run
+# them.
 SCENARIOS = [
-    # pool runs dry under paged continuous, then chunked (small budget), static and back, fewer slots
-    ({"policy": "continuous", "max_slots": 5, "kv_layout": "paged", "kv_blocks": 8, "chunk_budget": 8},
-     [("burst", [_sub(12, 12, first=k) for k in range(5)]), ("step", 4),
-      ("reconfigure", {"policy": "chunked", "chunk_budget": 3, "runner": "async"}), ("step", 5),
-      ("reconfigure", {"policy": "static"}), ("step", 6),
-      ("reconfigure", {"policy": "continuous", "max_slots": 2}), ("step", 3),
-      ("reconfigure", {"kv_layout": "reserved", "runner": "sync"}), ("cancel", 5), ("step", 2)]),
+    # pool runs dry under paged continuous, then chunked (small budget), static and back, fewer
+    # slots
+    (
+        {
+            "policy": "continuous",
+            "max_slots": 5,
+            "kv_layout": "paged",
+            "kv_blocks": 8,
+            "chunk_budget": 8,
+        },
+        [
+            ("burst", [_sub(12, 12, first=k) for k in range(5)]),
+            ("step", 4),
+            ("reconfigure", {"policy": "chunked", "chunk_budget": 3, "runner": "async"}),
+            ("step", 5),
+            ("reconfigure", {"policy": "static"}),
+            ("step", 6),
+            ("reconfigure", {"policy": "continuous", "max_slots": 2}),
+            ("step", 3),
+            ("reconfigure", {"kv_layout": "reserved", "runner": "sync"}),
+            ("cancel", 5),
+            ("step", 2),
+        ],
+    ),
     # live decrease of slots and a KV budget shrunk below what is in use, then grown back
-    ({"policy": "chunked", "max_slots": 5, "kv_layout": "paged", "kv_blocks": 16, "chunk_budget": 7},
-     [("burst", [_sub(n, 10, first=n) for n in (3, 20, 9, 14, 5)]), ("step", 6),
-      ("reconfigure", {"max_slots": 1}), ("step", 1), ("reconfigure", {"kv_blocks": 6}), ("step", 6),
-      ("reconfigure", {"max_slots": 3, "kv_blocks": 24, "chunk_budget": 1}), ("step", 4),
-      ("burst", [_sub(2, 3, False), _sub(17, 12, first=3)]), ("step", 2)]),
+    (
+        {
+            "policy": "chunked",
+            "max_slots": 5,
+            "kv_layout": "paged",
+            "kv_blocks": 16,
+            "chunk_budget": 7,
+        },
+        [
+            ("burst", [_sub(n, 10, first=n) for n in (3, 20, 9, 14, 5)]),
+            ("step", 6),
+            ("reconfigure", {"max_slots": 1}),
+            ("step", 1),
+            ("reconfigure", {"kv_blocks": 6}),
+            ("step", 6),
+            ("reconfigure", {"max_slots": 3, "kv_blocks": 24, "chunk_budget": 1}),
+            ("step", 4),
+            ("burst", [_sub(2, 3, False), _sub(17, 12, first=3)]),
+            ("step", 2),
+        ],
+    ),
     # a static batch with dead slots is released into continuous mid-batch, then static again
-    ({"policy": "static", "max_slots": 3, "kv_layout": "reserved", "kv_blocks": 24, "chunk_budget": 4, "runner": "async"},
-     [("burst", [_sub(4, 1), _sub(6, 6, False), _sub(8, 12)]), ("step", 3),
-      ("reconfigure", {"policy": "continuous"}), ("submit", [1, 2, 3], 4, True), ("step", 2),
-      ("reconfigure", {"policy": "static", "kv_layout": "paged", "kv_blocks": 8}),
-      ("burst", [_sub(9, 5), _sub(11, 7)]), ("cancel", 1), ("step", 5)]),
+    (
+        {
+            "policy": "static",
+            "max_slots": 3,
+            "kv_layout": "reserved",
+            "kv_blocks": 24,
+            "chunk_budget": 4,
+            "runner": "async",
+        },
+        [
+            ("burst", [_sub(4, 1), _sub(6, 6, False), _sub(8, 12)]),
+            ("step", 3),
+            ("reconfigure", {"policy": "continuous"}),
+            ("submit", [1, 2, 3], 4, True),
+            ("step", 2),
+            ("reconfigure", {"policy": "static", "kv_layout": "paged", "kv_blocks": 8}),
+            ("burst", [_sub(9, 5), _sub(11, 7)]),
+            ("cancel", 1),
+            ("step", 5),
+        ],
+    ),
 ]
 
 
@@ -234,14 +306,26 @@ class Harness:
 
         def schedule(now):
             live = [q.id for q in sched.live()]  # admission order
-            info = {"cfg": engine.config.live(), "live_before": len(live), "live_order": live,
-                    "used_before": engine.blocks.num_used}
+            info = {
+                "cfg": engine.config.live(),
+                "live_before": len(live),
+                "live_order": live,
+                "used_before": engine.blocks.num_used,
+            }
             batch = original(now)
-            info.update(batch=batch, running_after=len(sched.running), live_after=len(sched.live()),
-                        used_after=engine.blocks.num_used, budget=engine.blocks.budget,
-                        admitted_blocks=[len(s.block_table) for s in batch.admitted],
-                        items=[(s.id, n, s.slot, s.num_cached, s.num_tokens, len(s.prompt_ids)) for s, n in batch.items],
-                        dead=[(s.id, s.slot) for s in batch.dead])
+            info.update(
+                batch=batch,
+                running_after=len(sched.running),
+                live_after=len(sched.live()),
+                used_after=engine.blocks.num_used,
+                budget=engine.blocks.budget,
+                admitted_blocks=[len(s.block_table) for s in batch.admitted],
+                items=[
+                    (s.id, n, s.slot, s.num_cached, s.num_tokens, len(s.prompt_ids))
+                    for s, n in batch.items
+                ],
+                dead=[(s.id, s.slot) for s in batch.dead],
+            )
             self.check_pool()
             self.check_batch(info)
             if batch:
@@ -254,8 +338,12 @@ class Harness:
     def submit(self, prompt: list[int], max_new: int, ignore_eos: bool):
         log: list = []
         try:
-            h = self.engine.submit(token_ids=list(prompt), max_new_tokens=max_new, ignore_eos=ignore_eos,
-                                   sink=log.append)
+            h = self.engine.submit(
+                token_ids=list(prompt),
+                max_new_tokens=max_new,
+                ignore_eos=ignore_eos,
+                sink=log.append,
+            )
         except FluxoError as e:  # can never run under the current budget: refused up front
             assert e.code == "kv_budget_too_small"
             return None
@@ -301,15 +389,23 @@ class Harness:
         bm.check(holders=sch.running)  # each reference count = the running tables holding the block
         held = [b for s in sch.running for b in s.block_table]
         # prefix caching: sequences may share a block (counted once in num_used)
-        assert bm.num_used == len(set(held)), "blocks used != blocks held by running sequences (leak)"
+        assert bm.num_used == len(set(held)), (
+            "blocks used != blocks held by running sequences (leak)"
+        )
         assert bm.num_used + len(bm._free) == bm.capacity
         assert bm.num_used + bm.num_free == max(bm.budget, bm.num_used)
         assert len(sch.running) == len(set(map(id, sch.running)))
-        assert not set(map(id, sch.running)) & set(map(id, sch.waiting)), "a sequence both waits and runs"
+        assert not set(map(id, sch.running)) & set(map(id, sch.waiting)), (
+            "a sequence both waits and runs"
+        )
         slots = [s.slot for s in sch.running]
         assert None not in slots and len(slots) == len(set(slots)), "slot taken twice"
         for s in sch.waiting:
-            assert s.block_table == [] and s.num_cached == 0 and s.status in (Status.QUEUED, Status.PREEMPTED)
+            assert (
+                s.block_table == []
+                and s.num_cached == 0
+                and s.status in (Status.QUEUED, Status.PREEMPTED)
+            )
         for s in sch.running:
             assert s.status is Status.RUNNING or (s.dead and s.status.ended)
             assert not s.dead or (e.config.policy == "static" and sch.batch_open)
@@ -331,21 +427,31 @@ class Harness:
             assert info["used_after"] <= info["budget"], "admitted past the KV budget"
         assert info["used_after"] <= max(info["budget"], info["used_before"])
         if cfg["kv_layout"] == "reserved":
-            for s, held in zip(batch.admitted, info["admitted_blocks"]):  # reserved up front, whole
-                assert held >= self.engine.blocks.blocks_for(len(s.prompt_ids) + s.params.max_new_tokens)
+            # reserved up front, whole
+            for s, held in zip(batch.admitted, info["admitted_blocks"], strict=False):
+                assert held >= self.engine.blocks.blocks_for(
+                    len(s.prompt_ids) + s.params.max_new_tokens
+                )
         # static never admits into a batch that still has a live member
         if cfg["policy"] == "static" and batch.admitted:
             assert info["live_before"] == 0, "static admitted mid-batch"
         # chunked never computes more than its token budget
         if cfg["policy"] == "chunked":
-            assert sum(n for _, n in batch.items) <= cfg["chunk_budget"], "chunked went over its token budget"
+            assert sum(n for _, n in batch.items) <= cfg["chunk_budget"], (
+                "chunked went over its token budget"
+            )
         assert not {s.id for s in batch.admitted} & {s.id for s in batch.preempted}
         # the newest running sequence is preempted first: anything newer than a victim was itself
         # preempted or got its tokens this step
-        order, done = info["live_order"], {s.id for s, _ in batch.items} | {s.id for s in batch.preempted}
+        order, done = (
+            info["live_order"],
+            {s.id for s, _ in batch.items} | {s.id for s in batch.preempted},
+        )
         for victim in batch.preempted:
             assert victim.id in order, "preempted a sequence that was not running"
-            assert all(q in done for q in order[order.index(victim.id) + 1:]), "preempted an older sequence first"
+            assert all(q in done for q in order[order.index(victim.id) + 1 :]), (
+                "preempted an older sequence first"
+            )
         self.preempted.extend(s.id for s in batch.preempted)
 
     def check_record(self, rec: dict, info: dict, used_before: int) -> None:
@@ -357,7 +463,9 @@ class Harness:
         if cfg["policy"] == "chunked":
             assert rec["tokens"]["prefill"] + rec["tokens"]["decode"] <= cfg["chunk_budget"]
         # every token the step computed is in the record, on the slot of the sequence it belongs to
-        assert rec["tokens"]["prefill"] + rec["tokens"]["decode"] == sum(n for _, n in batch.items), rec["tokens"]
+        assert rec["tokens"]["prefill"] + rec["tokens"]["decode"] == sum(
+            n for _, n in batch.items
+        ), rec["tokens"]
         assert rec["tokens"]["dead"] == len(batch.dead)
         slots = {s["slot"]: s for s in rec["slots"]}
         assert len(slots) == len(rec["slots"])
@@ -367,14 +475,20 @@ class Harness:
             # decode: the one token that samples the next one; anything else (prompt, or outputs
             # recomputed after a preemption) is prefill
             decode = n == 1 and cached + 1 == total and cached >= prompt_len
-            assert view["phase"] == ("decode" if decode else "prefill"), (view, cached, total, prompt_len)
+            assert view["phase"] == ("decode" if decode else "prefill"), (
+                view,
+                cached,
+                total,
+                prompt_len,
+            )
         for rid, slot in info["dead"]:
             assert slots[slot] == {"slot": slot, "request": rid, "phase": "dead", "tokens": 1}
         assert rec["admitted"] == [s.id for s in batch.admitted]
         assert rec["preempted"] == [s.id for s in batch.preempted]
         assert rec["queue_len"] == len(self.engine.scheduler.waiting)
         kv = rec["kv"]
-        # as the step ran (right after scheduling), or as it ended: both are states check_pool vetted
+        # as the step ran (right after scheduling), or as it ended: both are states check_pool
+        # vetted
         assert kv["blocks_used"] in (info["used_after"], self.engine.blocks.num_used)
         assert kv["blocks_total"] == info["budget"]
         assert kv["tokens_allocated"] == kv["blocks_used"] * BLOCK_SIZE
@@ -432,7 +546,9 @@ class Harness:
             prompt, max_new, ignore_eos = self.prompts[h.id]
             assert len(seq.output_ids) <= max_new
             if seq.status is Status.FINISHED:
-                assert len(seq.output_ids) == max_new or (not ignore_eos and seq.output_ids[-1] == EOS)
+                assert len(seq.output_ids) == max_new or (
+                    not ignore_eos and seq.output_ids[-1] == EOS
+                )
             if not ignore_eos:
                 assert EOS not in seq.output_ids[:-1], "generation went on past EOS"
             assert e.telemetry.requests[h.id]["status"] == seq.status.value
@@ -460,9 +576,9 @@ def run_program(make_engine, start: dict, ops: list) -> Harness:
     return hz
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Greedy references: each prompt alone on a fresh engine, once
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 _REFERENCE: dict[tuple[int, ...], list[int]] = {}
 
@@ -479,12 +595,13 @@ def reference(make_engine, prompt: list[int], max_new: int, ignore_eos: bool) ->
         _REFERENCE[key] = h.token_ids
     out = _REFERENCE[key][:max_new]
     if not ignore_eos and EOS in out:
-        out = out[:out.index(EOS) + 1]
+        out = out[: out.index(EOS) + 1]
     return out
 
 
 def check_greedy(make_engine, hz: Harness) -> int:
-    """Finished requests match their reference exactly; cancelled/failed ones stream a prefix of it."""
+    """Finished requests match their reference exactly; cancelled/failed ones stream a prefix of
+    it."""
     compared = 0
     for h in hz.handles:
         ref = reference(make_engine, *hz.prompts[h.id])
@@ -492,13 +609,16 @@ def check_greedy(make_engine, hz: Harness) -> int:
             assert h.token_ids == ref, f"request {h.id} {hz.prompts[h.id]}: {h.token_ids} != {ref}"
             compared += 1
         else:
-            assert h.token_ids == ref[:len(h.token_ids)], f"request {h.id} streamed wrong tokens before ending"
+            assert h.token_ids == ref[: len(h.token_ids)], (
+                f"request {h.id} streamed wrong tokens before ending"
+            )
     return compared
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 2. Engine invariants under random programs
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=150, **PROP)
 @with_scenarios
@@ -508,20 +628,31 @@ def test_random_programs_keep_engine_invariants(make_tiny_engine, program):
     run_program(make_tiny_engine, start, ops)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 3. Preemption does not change greedy outputs
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=20, **PROP)
-@given(policy=st.sampled_from(("continuous", "static")), runner=st.sampled_from(("sync", "async")),
-       reqs=st.lists(st.tuples(st.lists(st.integers(0, 255), min_size=8, max_size=12), st.integers(8, 12)),
-                     min_size=4, max_size=5))
+@given(
+    policy=st.sampled_from(("continuous", "static")),
+    runner=st.sampled_from(("sync", "async")),
+    reqs=st.lists(
+        st.tuples(st.lists(st.integers(0, 255), min_size=8, max_size=12), st.integers(8, 12)),
+        min_size=4,
+        max_size=5,
+    ),
+)
 def test_preemption_keeps_greedy_outputs(make_tiny_engine, policy, runner, reqs):
     # Each request needs 4..6 blocks at full length and fits alone in 10; three running together
     # need 12 by the time each has 5 outputs (none can have finished), so the pool must run dry.
     outputs = {}
     for kv_blocks in (10, 64):
-        hz = Harness(make_tiny_engine(policy=policy, runner=runner, kv_layout="paged", kv_blocks=kv_blocks, max_slots=4))
+        hz = Harness(
+            make_tiny_engine(
+                policy=policy, runner=runner, kv_layout="paged", kv_blocks=kv_blocks, max_slots=4
+            )
+        )
         handles = [hz.submit(p, n, True) for p, n in reqs]
         hz.drain()
         hz.check_end()
@@ -536,9 +667,10 @@ def test_preemption_keeps_greedy_outputs(make_tiny_engine, policy, runner, reqs)
     assert outputs[10] == [reference(make_tiny_engine, p, n, True) for p, n in reqs]
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 4. Greedy outputs do not depend on the schedule
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=100, **PROP)
 @with_scenarios
@@ -549,13 +681,16 @@ def test_greedy_outputs_independent_of_schedule(make_tiny_engine, program):
     check_greedy(make_tiny_engine, hz)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Bugs these properties found: minimal reproductions, kept as regression tests
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+
 
 def test_bug_a_one_token_prefill_chunk_does_not_sample(make_tiny_engine):
-    """BUG-A (fixed in c486857): a 1-token prefill chunk that does not finish the prompt rode with the
-    decodes in ModelRunner.build and sampled a token mid-prompt: [1, 2, 3, 4, 5] under chunk_budget=1
+    """BUG-A (fixed in c486857): a 1-token prefill chunk that does not finish the prompt rode with
+    the
+    decodes in ModelRunner.build and sampled a token mid-prompt: [1, 2, 3, 4, 5] under
+    chunk_budget=1
     gave [258, 258, 258, 96] instead of [40, 40, 182, 87]."""
     prompt = [1, 2, 3, 4, 5]
     ref = reference(make_tiny_engine, prompt, 4, True)
@@ -574,7 +709,8 @@ def test_bug_b_last_token_step_is_recorded(make_tiny_engine, policy):
     """BUG-B (present up to c486857; fixed in edf3bb1 by the prepare/execute/finish step):
     the record was built after the step's bookkeeping, so a request computing its last token was
     already gone from the running list: its slot showed 'idle' with 0 tokens (continuous/chunked) or
-    'dead' (static, while tokens['dead'] said 0), and tokens['prefill'] + tokens['decode'] undercounted."""
+    'dead' (static, while tokens['dead'] said 0), and tokens['prefill'] + tokens['decode']
+    undercounted."""
     e = make_tiny_engine(policy=policy)
     h = e.submit(token_ids=[1, 2, 3, 4, 5], max_new_tokens=2, ignore_eos=True)
     first = e.step()  # prefill of 5 tokens, samples output 1
@@ -582,4 +718,6 @@ def test_bug_b_last_token_step_is_recorded(make_tiny_engine, policy):
     assert first["tokens"] == {"prefill": 5, "decode": 0, "dead": 0}
     assert last["finished"] == [h.id]
     assert last["tokens"] == {"prefill": 0, "decode": 1, "dead": 0}
-    assert {"slot": 0, "request": h.id, "phase": "decode", "tokens": 1} in last["slots"], last["slots"]
+    assert {"slot": 0, "request": h.id, "phase": "decode", "tokens": 1} in last["slots"], last[
+        "slots"
+    ]

@@ -20,10 +20,12 @@ block is in exactly one of three states:
 Cached blocks count as free in the budget: ``num_free`` includes them, because taking one back is
 only bookkeeping. Eviction never takes a referenced block: it only ever pops the cached LRU list.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 
+from engine.core.numbers import ceil_div
 from engine.core.sequence import PLACEHOLDER, Sequence
 
 ROOT = 0x5EED  # the "previous block" key of a sequence's first block
@@ -49,16 +51,20 @@ class BlockManager:
         self._ref: list[int] = [0] * self.capacity
         self._used: set[int] = set()  # blocks with ref > 0
         self._key: dict[int, int] = {}  # registered block -> its key
-        self._meta: dict[int, tuple[int, tuple[int, ...]]] = {}  # block -> (parent key, tokens): exact check
+        self._meta: dict[
+            int, tuple[int, tuple[int, ...]]
+        ] = {}  # block -> (parent key, tokens): exact check
         self._by_key: dict[int, int] = {}  # key -> the one block registered under it
         self.num_shared = 0  # blocks with ref > 1
-        self.extra_refs = 0  # sum of (ref - 1) over shared blocks: tokens counted twice in sum(num_cached)
+        self.extra_refs = (
+            0  # sum of (ref - 1) over shared blocks: tokens counted twice in sum(num_cached)
+        )
         self.evictions = 0  # cached blocks reclaimed for new content, since the start
         self.hits = 0  # blocks taken from the cache at admission, since the start
 
     # -- counts ----------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return ceil_div(num_tokens, self.block_size)
 
     @property
     def num_used(self) -> int:
@@ -211,7 +217,8 @@ class BlockManager:
 
     def can_admit(self, hits: list[int], num_tokens: int) -> bool:
         """Room for a sequence that takes ``hits`` from the cache and needs ``num_tokens`` slots.
-        A hit that is cached (free) costs a block of the budget; one already referenced costs none."""
+        A hit that is cached (free) costs a block of the budget; one already referenced costs
+        none."""
         new = max(0, self.blocks_for(num_tokens) - len(hits))
         taken = sum(self._ref[b] == 0 for b in hits)
         return new + taken <= self.num_free
@@ -221,7 +228,9 @@ class BlockManager:
         if seq.block_table:
             raise AssertionError(f"sequence {seq.id} is admitted while holding blocks")
         if not self.can_admit(hits, num_tokens):
-            raise OutOfBlocks(f"sequence {seq.id} does not fit: {len(hits)} cached blocks, {num_tokens} tokens")
+            raise OutOfBlocks(
+                f"sequence {seq.id} does not fit: {len(hits)} cached blocks, {num_tokens} tokens"
+            )
         for block in hits:
             self._inc(block)
         self.hits += len(hits)
@@ -263,14 +272,23 @@ class BlockManager:
         assert not (plain | lru) & self._used, "a block is both free and used"
         assert len(plain) + len(lru) + len(self._used) == self.capacity, "a block leaked"
         assert len(self._ref) == self.capacity
-        assert self._used == {b for b, r in enumerate(self._ref) if r > 0}, "used set != blocks with references"
+        assert self._used == {b for b, r in enumerate(self._ref) if r > 0}, (
+            "used set != blocks with references"
+        )
         assert all(r >= 0 for r in self._ref)
         assert lru <= set(self._key), "a cached block has no key"
         assert not plain & set(self._key), "a plain free block still has a key"
-        assert all(self._by_key[k] == b for b, k in self._key.items()), "keys and blocks do not map one to one"
+        assert all(self._by_key[k] == b for b, k in self._key.items()), (
+            "keys and blocks do not map one to one"
+        )
         assert len(self._by_key) == len(self._key) == len(self._meta)
-        assert all(self._meta[b][0] is not None and len(self._meta[b][1]) == self.block_size for b in self._key)
-        assert all(block_key(*self._meta[b]) == k for b, k in self._key.items()), "a key does not match its tokens"
+        assert all(
+            self._meta[b][0] is not None and len(self._meta[b][1]) == self.block_size
+            for b in self._key
+        )
+        assert all(block_key(*self._meta[b]) == k for b, k in self._key.items()), (
+            "a key does not match its tokens"
+        )
         assert self.num_shared == sum(r > 1 for r in self._ref)
         assert self.extra_refs == sum(r - 1 for r in self._ref if r > 1)
         if not self.caching:
@@ -278,7 +296,11 @@ class BlockManager:
         if holders is not None:
             count = [0] * self.capacity
             for seq in holders:
-                assert len(seq.block_table) == len(set(seq.block_table)), f"sequence {seq.id} holds a block twice"
+                assert len(seq.block_table) == len(set(seq.block_table)), (
+                    f"sequence {seq.id} holds a block twice"
+                )
                 for b in seq.block_table:
                     count[b] += 1
-            assert count == self._ref, "a reference count differs from the sequences holding the block"
+            assert count == self._ref, (
+                "a reference count differs from the sequences holding the block"
+            )

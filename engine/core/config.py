@@ -1,26 +1,41 @@
-"""Engine configuration: one slotted dataclass; the live-tunable fields are validated in one place."""
+"""Engine configuration: one slotted dataclass; the live-tunable fields are validated in one
+place."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
 from engine.core.errors import InvalidConfig, UnknownMode
+from engine.core.numbers import is_int, is_number
 
 POLICIES = ("static", "continuous", "chunked")
 RUNNERS = ("sync", "async")
 KV_LAYOUTS = ("paged", "reserved")
 DTYPES = ("float32", "bfloat16", "float64")
-# Weight formats of the CPU float32 forward (engine/core/quant.py): the fp32 reference, the GGUF's own
+# Weight formats of the CPU float32 forward (engine/core/quant.py): the fp32 reference, the GGUF's
+# own
 # Q4_1/Q8_0 blocks ("q4"), or Q8_0 throughout ("q8"). Not live: it changes the loaded weights.
 WEIGHTS = ("fp32", "q4", "q8")
 
 # What a presenter may change between steps, without reloading the model.
-LIVE_FIELDS = ("policy", "runner", "max_slots", "kv_layout", "kv_blocks", "chunk_budget", "fill_timeout_s",
-               "host_work_ms", "prefix_cache")
+LIVE_FIELDS = (
+    "policy",
+    "runner",
+    "max_slots",
+    "kv_layout",
+    "kv_blocks",
+    "chunk_budget",
+    "fill_timeout_s",
+    "host_work_ms",
+    "prefix_cache",
+)
 
 
 @dataclass(slots=True)
 class EngineConfig:
-    model: str = "smollm2"  # "smollm2" (bundled GGUF), "tiny" (random, for tests) or a local checkpoint dir
+    model: str = (
+        "smollm2"  # "smollm2" (bundled GGUF), "tiny" (random, for tests) or a local checkpoint dir
+    )
     dtype: str = "float32"
     device: str = "cpu"  # "cpu" or "cuda"; on CUDA the decode attention is the Triton paged kernel
     policy: str = "continuous"
@@ -42,9 +57,14 @@ class EngineConfig:
     max_new_tokens_limit: int = 1024
     seed: int = 0
     threads: int | None = None  # torch threads; None: torch's default (one per core)
-    cpus: tuple[int, ...] | None = None  # cores the process computes on (see engine/core/cpu.py); None: all
-    weights: str = "fp32"  # see WEIGHTS; the serve/bench flags default to "q4" (6x fewer bytes a step)
-    # CUDA only: replay captured graphs for decode-only steps (engine/core/cuda_exec.py); off runs every
+    cpus: tuple[int, ...] | None = (
+        None  # cores the process computes on (see engine/core/cpu.py); None: all
+    )
+    weights: str = (
+        "fp32"  # see WEIGHTS; the serve/bench flags default to "q4" (6x fewer bytes a step)
+    )
+    # CUDA only: replay captured graphs for decode-only steps (engine/core/cuda_exec.py); off runs
+    # every
     # step eagerly, so a lesson can compare. Not live: the graphs are captured at start.
     cuda_graphs: bool = True
 
@@ -53,42 +73,62 @@ class EngineConfig:
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
-            raise UnknownMode(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+            raise UnknownMode(
+                f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}"
+            )
         if self.runner not in RUNNERS:
             raise UnknownMode(f"unknown runner {self.runner!r}; choose one of {', '.join(RUNNERS)}")
         if self.kv_layout not in KV_LAYOUTS:
-            raise UnknownMode(f"unknown KV layout {self.kv_layout!r}; choose one of {', '.join(KV_LAYOUTS)}")
+            raise UnknownMode(
+                f"unknown KV layout {self.kv_layout!r}; choose one of {', '.join(KV_LAYOUTS)}"
+            )
         if self.device not in ("cpu", "cuda"):
             raise UnknownMode(f"unknown device {self.device!r}; choose cpu or cuda")
         if self.dtype not in DTYPES:
             raise UnknownMode(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
         if self.weights not in WEIGHTS:
-            raise UnknownMode(f"unknown weights {self.weights!r}; choose one of {', '.join(WEIGHTS)}")
-        for name, lo, hi in (("max_slots", 1, 256), ("kv_blocks", 1, 1 << 20), ("block_size", 1, 1024),
-                             ("chunk_budget", 1, 1 << 16), ("max_model_len", 2, 1 << 17)):
+            raise UnknownMode(
+                f"unknown weights {self.weights!r}; choose one of {', '.join(WEIGHTS)}"
+            )
+        for name, lo, hi in (
+            ("max_slots", 1, 256),
+            ("kv_blocks", 1, 1 << 20),
+            ("block_size", 1, 1024),
+            ("chunk_budget", 1, 1 << 16),
+            ("max_model_len", 2, 1 << 17),
+        ):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            if not is_int(value) or not lo <= value <= hi:
                 raise InvalidConfig(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or isinstance(self.threads, bool)
-                                         or not 1 <= self.threads <= 1024):
+        if self.threads is not None and (not is_int(self.threads) or not 1 <= self.threads <= 1024):
             raise InvalidConfig(f"threads must be an integer in [1, 1024], got {self.threads!r}")
-        if self.cpus is not None and (not isinstance(self.cpus, tuple) or not self.cpus
-                                      or not all(isinstance(c, int) and c >= 0 for c in self.cpus)):
+        if self.cpus is not None and (
+            not isinstance(self.cpus, tuple)
+            or not self.cpus
+            or not all(isinstance(c, int) and c >= 0 for c in self.cpus)
+        ):
             raise InvalidConfig(f"cpus must be a non-empty tuple of core ids, got {self.cpus!r}")
-        if not isinstance(self.fill_timeout_s, (int, float)) or not 0 <= self.fill_timeout_s <= 3600:
-            raise InvalidConfig(f"fill_timeout_s must be in [0, 3600] seconds, got {self.fill_timeout_s!r}")
+        if (
+            not isinstance(self.fill_timeout_s, (int, float))
+            or not 0 <= self.fill_timeout_s <= 3600
+        ):
+            raise InvalidConfig(
+                f"fill_timeout_s must be in [0, 3600] seconds, got {self.fill_timeout_s!r}"
+            )
         if not isinstance(self.cuda_graphs, bool):
             raise InvalidConfig(f"cuda_graphs must be true or false, got {self.cuda_graphs!r}")
         if not isinstance(self.prefix_cache, bool):
             raise InvalidConfig(f"prefix_cache must be true or false, got {self.prefix_cache!r}")
-        if (not isinstance(self.host_work_ms, (int, float)) or isinstance(self.host_work_ms, bool)
-                or not 0 <= self.host_work_ms <= 1000):
+        if not is_number(self.host_work_ms) or not 0 <= self.host_work_ms <= 1000:
             raise InvalidConfig(f"host_work_ms must be in [0, 1000] ms, got {self.host_work_ms!r}")
 
-    def updated(self, **changes: object) -> "EngineConfig":
+    def updated(self, **changes: object) -> EngineConfig:
         unknown = set(changes) - set(LIVE_FIELDS)
         if unknown:
-            raise InvalidConfig(f"cannot change {', '.join(sorted(unknown))} live; live fields: {', '.join(LIVE_FIELDS)}")
+            raise InvalidConfig(
+                f"cannot change {', '.join(sorted(unknown))} live; live fields: "
+                f"{', '.join(LIVE_FIELDS)}"
+            )
         return replace(self, **changes)
 
     def live(self) -> dict[str, object]:

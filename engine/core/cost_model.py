@@ -20,12 +20,17 @@ and from every step since (a rolling window), so the model follows the machine i
 Host work outside the forward (prepare, token copy, streaming) is expected at its recent lower
 quartile. Fitting costs ~0.2 ms every 16 steps.
 """
+
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from engine.core.errors import FluxoError
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +114,40 @@ def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
             return coef
         del active[int(np.argmin(sol))]
     return coef
+
+
+CALIBRATION_ROUNDS = ((1, 24), (4, 48), (8, 96), (2, 384))  # (requests, prompt tokens) per round
+
+
+def calibrate(engine: Any, rounds: tuple[tuple[int, int], ...] = CALIBRATION_ROUNDS) -> float:
+    """Run on ``engine`` (an idle ``Engine``, before serving) a few prompts of different sizes
+    (``(requests, prompt tokens)`` per round, 6 new tokens each) so its cost model knows this
+    machine's quiet step costs. The calibration steps are then dropped from the telemetry.
+    Returns the seconds it took (~3 s for SmolLM2 on 2 cores)."""
+    t0 = time.perf_counter()
+    base = engine.tokenizer.encode("The weights are read once per step, whatever the batch. ") or [
+        1
+    ]
+    engine.calibrating = True
+    try:
+        for n, length in rounds:
+            ids = (base * (length // len(base) + 1))[: min(length, engine.config.max_model_len - 8)]
+            for i in range(n):
+                try:  # a different first token each: no prompt shares a cached prefix with another
+                    first = (engine.calibrations + i) % max(1, len(base))
+                    engine.submit(
+                        token_ids=[base[first]] + [7 + i] + ids[2:],
+                        max_new_tokens=6,
+                        ignore_eos=True,
+                        client="calibration",
+                    )
+                except FluxoError:  # a small KV budget or context: skip the sizes that cannot fit
+                    break
+            engine.calibrations += n
+            engine.run_until_idle()
+    finally:
+        engine.calibrating = False
+    engine.cost_model.fit()
+    engine.telemetry.clear()
+    engine.step_count = 0
+    return time.perf_counter() - t0

@@ -10,6 +10,7 @@ Affinity is set with ``os.sched_setaffinity`` (Linux) for every thread of the pr
 created later (torch's OpenMP pool, the device thread) inherit it; on Windows through psutil when
 it is installed; elsewhere (macOS has no affinity API) only the thread count applies.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,7 +61,9 @@ def pin_process(cpus: tuple[int, ...] | list[int], pid: int | None = None) -> bo
     if hasattr(os, "sched_setaffinity"):
         allowed = set(available()) if pid is None else set(os.sched_getaffinity(pid))
         if pid is None and not set(cpus) <= allowed:
-            raise InvalidConfig(f"cpus {cpus} are not all available to this process (available: {sorted(allowed)})")
+            raise InvalidConfig(
+                f"cpus {cpus} are not all available to this process (available: {sorted(allowed)})"
+            )
         tasks = [pid or os.getpid()]
         task_dir = f"/proc/{pid or os.getpid()}/task"
         if os.path.isdir(task_dir):
@@ -94,8 +97,11 @@ class Split:
         if not self.page_cpus:
             return f"engine: {self.engine_threads} torch thread(s), all cores shared"
         how = "pinned to" if self.pinned else "sized for"
-        return (f"engine: {self.engine_threads} torch thread(s) {how} core(s) {_fmt(self.engine_cpus)}; "
-                f"page and browser: core(s) {_fmt(self.page_cpus)}")
+        return (
+            f"engine: {self.engine_threads} torch thread(s) {how} core(s) "
+            f"{_fmt(self.engine_cpus)}; "
+            f"page and browser: core(s) {_fmt(self.page_cpus)}"
+        )
 
 
 def lab_split(cores: list[int] | None = None, pin: bool | None = None) -> Split:

@@ -28,186 +28,40 @@ Everything that does not need a GPU is a plain function tested on the CPU
 (tests/test_cuda_exec.py); the GPU parts are checked by tests/test_cuda.py and
 scripts/gpu_check.sh. None of it has run on a GPU yet (docs/gpu/README.md).
 """
+
 from __future__ import annotations
 
 import functools
-import math
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from engine.core import device as device_thread
+from engine.core.cuda_host import (  # the host-side parts (tested on the CPU)
+    GRAPH_SIZES,
+    DecodeInputs,
+    PinnedStaging,
+    anchor,
+    bucket,
+    fill_static,
+    flatten_inputs,
+    graph_size,
+    graph_width,
+    lane_spans,
+    pad_decode,
+    padding,
+    rebuild,
+)
 from engine.core.llama import ForwardBatch
 from engine.core.sampler import sample
 
-GRAPH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 LANES = ("h2d", "compute", "d2h")
 
 
-# -- pure parts (CPU-testable) -----------------------------------------------------------------------
-def bucket(n: int, sizes: tuple[int, ...] = GRAPH_SIZES) -> int | None:
-    """The smallest captured batch size holding ``n`` rows; None when ``n`` is 0 or too big."""
-    if n <= 0:
-        return None
-    return next((s for s in sorted(sizes) if s >= n), None)
-
-
-def graph_width(max_model_len: int, block_size: int) -> int:
-    """Block-table columns of the captured graphs: enough for a sequence of ``max_model_len``
-    tokens plus the one being written."""
-    return math.ceil((max_model_len + 1) / block_size)
-
-
-def graph_size(fb: ForwardBatch, width: int, sizes: tuple[int, ...] = GRAPH_SIZES) -> int | None:
-    """The padded size a step replays at, or None when it must run eagerly: anything with a
-    prefill span, no block tables (static dead slots, the torch decode path) or too many rows."""
-    if fb.prefills or fb.decode_tables is None or fb.decode_lens is None:
-        return None
-    n = fb.num_decode
-    if n != fb.input_ids.shape[0] or fb.decode_tables.shape[1] > width:
-        return None
-    return bucket(n, sizes)
-
-
-@dataclass(slots=True)
-class DecodeInputs:
-    """The inputs a captured decode graph reads: one row per (padded) decode sequence."""
-
-    input_ids: torch.Tensor  # [G] long
-    positions: torch.Tensor  # [G] long
-    write_slots: torch.Tensor  # [G] long
-    tables: torch.Tensor  # [G, W] int32 block tables
-    lens: torch.Tensor  # [G] int32 context lengths (the new token included)
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-def padding(size: int, width: int, scratch_slot: int, block_size: int,
-            device: torch.device | str = "cpu") -> DecodeInputs:
-    """``size`` padding rows: token 0 at position 0, K/V written to the scratch slot, and a
-    context of one token read back from the scratch block. Their logits are never sampled."""
-    tables = torch.zeros(size, width, dtype=torch.int32, device=device)  # [G, W]
-    tables[:, 0] = scratch_slot // block_size
-    return DecodeInputs(
-        input_ids=torch.zeros(size, dtype=torch.long, device=device),
-        positions=torch.zeros(size, dtype=torch.long, device=device),
-        write_slots=torch.full((size,), scratch_slot, dtype=torch.long, device=device),
-        tables=tables,
-        lens=torch.ones(size, dtype=torch.int32, device=device),
-    )
-
-
-def pad_decode(fb: ForwardBatch, size: int, width: int, scratch_slot: int, block_size: int) -> DecodeInputs:
-    """A decode-only batch of n rows as ``size`` rows (host tensors): the real rows first, as
-    built, then padding rows (see :func:`padding`)."""
-    n = fb.num_decode
-    assert fb.decode_tables is not None and fb.decode_lens is not None and n <= size
-    out = padding(size, width, scratch_slot, block_size)
-    out.input_ids[:n] = fb.input_ids
-    out.positions[:n] = fb.positions
-    out.write_slots[:n] = fb.write_slots
-    out.tables[:n, :fb.decode_tables.shape[1]] = fb.decode_tables  # [n, w] into [G, W]; rest stays 0
-    out.lens[:n] = fb.decode_lens
-    return out
-
-
-def fill_static(static: DecodeInputs, step: DecodeInputs, carry_dst: torch.Tensor | None = None,
-                carry_src: torch.Tensor | None = None, prev_tokens: torch.Tensor | None = None) -> None:
-    """Copy one padded step into the first rows of the graph's static buffers (in place: the
-    graph reads those addresses), then fill the carried-over tokens from the previous step."""
-    size = step.input_ids.shape[0]
-    for name, src in step.tensors().items():
-        getattr(static, name)[:size].copy_(src)
-    if carry_dst is not None:
-        static.input_ids[carry_dst] = prev_tokens[carry_src]
-
-
-def event_time(t_ref: float, ms_since_ref: float) -> float:
-    """Engine-clock seconds of a GPU event ``ms_since_ref`` ms (``Event.elapsed_time``) after the
-    reference event, which the engine clock saw at ``t_ref``."""
-    return t_ref + ms_since_ref / 1000.0
-
-
-def anchor(t_before: float, t_after: float) -> float:
-    """Engine time of a reference event recorded on an idle stream right after ``t_before`` and
-    waited for until ``t_after``: the midpoint (off by at most half the interval, ~10 us)."""
-    return (t_before + t_after) / 2.0
-
-
-def lane_spans(t_ref: float, marks_ms: dict[str, tuple[float, float]]) -> list[dict]:
-    """Telemetry spans (engine clock) from each lane's (start, end) in ms after the reference."""
-    return [{"lane": lane, "start": event_time(t_ref, a), "end": event_time(t_ref, b)}
-            for lane, (a, b) in marks_ms.items()]
-
-
-class PinnedStaging:
-    """Two alternating sets of host buffers (pinned when ``pin``), one tensor per input name.
-
-    Step k stages into set ``k % 2``. Before a set is written again, the fence left by the step
-    that last used it (its host-to-device copy's end event) is waited on, so the copy of step
-    N+1's inputs can proceed while step N computes without either ever reading a half-written
-    buffer. Buffers grow (never shrink) to the largest step seen.
-    """
-
-    def __init__(self, pin: bool) -> None:
-        self.pin = pin
-        self.sets: list[dict[str, torch.Tensor]] = [{}, {}]
-        self.fences: list[Any] = [None, None]
-        self.steps = 0
-
-    def acquire(self) -> int:
-        """The set the next step stages into, once its previous copy is done."""
-        k = self.steps % 2
-        self.steps += 1
-        fence, self.fences[k] = self.fences[k], None
-        if fence is not None:
-            fence.synchronize()
-        return k
-
-    def stage(self, k: int, name: str, src: torch.Tensor) -> torch.Tensor:
-        """``src`` copied into set ``k``'s buffer for ``name``; returns that buffer's view."""
-        buf = self.sets[k].get(name)
-        if buf is None or buf.dtype != src.dtype or buf.numel() < src.numel():
-            numel = max(src.numel(), 2 * (buf.numel() if buf is not None else 0), 64)
-            buf = torch.empty(numel, dtype=src.dtype, pin_memory=self.pin)
-            self.sets[k][name] = buf
-        view = buf[:src.numel()].view(src.shape)  # [numel] -> src's shape
-        view.copy_(src)
-        return view
-
-    def fence(self, k: int, event: Any) -> None:
-        """What ``acquire`` waits on before set ``k`` is written again (anything with
-        ``synchronize()``: a ``torch.cuda.Event`` recorded after the copies that read the set)."""
-        self.fences[k] = event
-
-
-def flatten_inputs(fb: ForwardBatch) -> dict[str, torch.Tensor]:
-    """The host tensors of an eager step, by name; the prefill spans' context slots travel as one
-    concatenated tensor (``ctx_slots``) and are split again on the device."""
-    names = ("input_ids", "positions", "write_slots", "decode_slots", "decode_mask", "logits_rows",
-             "decode_tables", "decode_lens")
-    out = {n: getattr(fb, n) for n in names if getattr(fb, n) is not None}
-    if fb.prefills:
-        out["ctx_slots"] = torch.cat([p.ctx_slots for p in fb.prefills])
-    return out
-
-
-def rebuild(fb: ForwardBatch, dev: dict[str, torch.Tensor]) -> ForwardBatch:
-    """``fb`` with its tensors replaced by the device copies in ``dev`` (see flatten_inputs)."""
-    out = ForwardBatch(input_ids=dev["input_ids"], positions=dev["positions"], write_slots=dev["write_slots"],
-                       num_decode=fb.num_decode, decode_slots=dev.get("decode_slots"),
-                       decode_mask=dev.get("decode_mask"), logits_rows=dev.get("logits_rows"),
-                       decode_tables=dev.get("decode_tables"), decode_lens=dev.get("decode_lens"))
-    if fb.prefills:
-        parts = dev["ctx_slots"].split([p.ctx_slots.shape[0] for p in fb.prefills])
-        out.prefills = [type(p)(p.start, p.end, p.q_start, ctx) for p, ctx in zip(fb.prefills, parts)]
-    return out
-
-
-# -- the GPU parts ------------------------------------------------------------------------------------
+# -- the GPU parts ---------------------------------------------------------------------------------
 @dataclass(slots=True)
 class _Graph:
     size: int
@@ -228,7 +82,8 @@ class Launched:
 
 class CudaExecutor:
     """Streams, events, pinned buffers and decode graphs of one engine on one CUDA device.
-    Built on the device thread (engine/core/device.py), after the model and KV cache are on the GPU."""
+    Built on the device thread (engine/core/device.py), after the model and KV cache are on the
+    GPU."""
 
     def __init__(self, runner, config, now: Callable[[], float]) -> None:
         self.runner, self.now = runner, now
@@ -256,15 +111,19 @@ class CudaExecutor:
         self._cache = None
         self._static: DecodeInputs | None = None
         if self.graphs_on:
-            self.capture(tuple(s for s in GRAPH_SIZES if s <= (bucket(min(config.max_slots, 64)) or 64)))
+            self.capture(
+                tuple(s for s in GRAPH_SIZES if s <= (bucket(min(config.max_slots, 64)) or 64))
+            )
 
-    # -- graphs --------------------------------------------------------------------------------------
+    # -- graphs ------------------------------------------------------------------------------------
     def _reset_graphs(self) -> None:
         cache = self.runner.cache
         self.graphs.clear()
         self._pool = torch.cuda.graph_pool_handle()
         self._cache = cache
-        self._static = padding(max(GRAPH_SIZES), self.width, cache.scratch_slot, self.block_size, self.device)
+        self._static = padding(
+            max(GRAPH_SIZES), self.width, cache.scratch_slot, self.block_size, self.device
+        )
 
     def capture(self, sizes: tuple[int, ...]) -> None:
         """Capture the decode graphs of ``sizes`` (largest first, so the smaller ones reuse the
@@ -275,7 +134,9 @@ class CudaExecutor:
         # not the last step's rows, whose slots may belong to other sequences by now. On the
         # compute stream, after any replay still reading the buffers.
         cache = self.runner.cache
-        clean = padding(max(GRAPH_SIZES), self.width, cache.scratch_slot, self.block_size, self.device)
+        clean = padding(
+            max(GRAPH_SIZES), self.width, cache.scratch_slot, self.block_size, self.device
+        )
         self.compute.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.compute):
             fill_static(self._static, clean)
@@ -288,10 +149,17 @@ class CudaExecutor:
     def _capture(self, size: int) -> _Graph:
         s = self._static
         rows = torch.arange(size, device=self.device)
-        fb = ForwardBatch(input_ids=s.input_ids[:size], positions=s.positions[:size],
-                          write_slots=s.write_slots[:size], num_decode=size, decode_slots=None,
-                          decode_mask=None, logits_rows=rows,
-                          decode_tables=s.tables[:size], decode_lens=s.lens[:size])
+        fb = ForwardBatch(
+            input_ids=s.input_ids[:size],
+            positions=s.positions[:size],
+            write_slots=s.write_slots[:size],
+            num_decode=size,
+            decode_slots=None,
+            decode_mask=None,
+            logits_rows=rows,
+            decode_tables=s.tables[:size],
+            decode_lens=s.lens[:size],
+        )
         forward, cache = self.runner.forward_impl.forward, self.runner.cache
         self.compute.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.compute):  # warm-up: Triton compiles, cuBLAS picks its kernels
@@ -300,7 +168,9 @@ class CudaExecutor:
         self.compute.synchronize()
         graph = torch.cuda.CUDAGraph()
         # thread_local: the engine's own thread may stage the next step's copies meanwhile.
-        with torch.cuda.graph(graph, pool=self._pool, stream=self.compute, capture_error_mode="thread_local"):
+        with torch.cuda.graph(
+            graph, pool=self._pool, stream=self.compute, capture_error_mode="thread_local"
+        ):
             logits = forward(fb, cache)
         return _Graph(size, graph, logits, rows)
 
@@ -311,7 +181,7 @@ class CudaExecutor:
         self.runner.ensure_capacity(blocks)
         torch.cuda.synchronize(self.device)
 
-    # -- one step ------------------------------------------------------------------------------------
+    # -- one step ----------------------------------------------------------------------------------
     def launch(self, fb: ForwardBatch, rows: list, seed: int, prev: Future | None) -> Future:
         """Stage ``fb`` into the next pinned set, copy it in on the h2d stream, and queue the
         compute on the device thread behind ``prev`` (the step in flight, whose sampled tokens
@@ -331,24 +201,43 @@ class CudaExecutor:
     def _launch(self, fb: ForwardBatch, rows: list, seed: int, prev: Future | None) -> Future:
         size = graph_size(fb, self.width) if self.graphs_on else None
         if size is not None:
-            host = pad_decode(fb, size, self.width, self.runner.cache.scratch_slot, self.block_size).tensors()
+            host = pad_decode(
+                fb, size, self.width, self.runner.cache.scratch_slot, self.block_size
+            ).tensors()
         else:
             host = flatten_inputs(fb)
         if fb.carry_dst is not None:
             host["carry_dst"], host["carry_src"] = fb.carry_dst, fb.carry_src
         k = self.staging.acquire()
-        marks = {lane: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for lane in LANES}
+        marks = {
+            lane: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for lane in LANES
+        }
         with torch.cuda.stream(self.h2d):
             marks["h2d"][0].record(self.h2d)
-            dev = {name: self.staging.stage(k, name, t).to(self.device, non_blocking=True) for name, t in host.items()}
+            dev = {
+                name: self.staging.stage(k, name, t).to(self.device, non_blocking=True)
+                for name, t in host.items()
+            }
             marks["h2d"][1].record(self.h2d)
         self.staging.fence(k, marks["h2d"][1])
-        for t in dev.values():  # made on h2d, read on compute: not reused before compute is past them
+        for (
+            t
+        ) in dev.values():  # made on h2d, read on compute: not reused before compute is past them
             t.record_stream(self.compute)
         return device_thread.submit(self._execute, fb, dev, rows, seed, prev, size, marks, k)
 
-    def _execute(self, fb: ForwardBatch, dev: dict[str, torch.Tensor], rows: list, seed: int,
-                 prev: Future | None, size: int | None, marks: dict, k: int) -> Launched:
+    def _execute(
+        self,
+        fb: ForwardBatch,
+        dev: dict[str, torch.Tensor],
+        rows: list,
+        seed: int,
+        prev: Future | None,
+        size: int | None,
+        marks: dict,
+        k: int,
+    ) -> Launched:
         n = len(rows)
         # The device thread runs steps in order: ``prev`` is done here (raises if it failed).
         # Its tokens were made on the compute stream, which this step's work follows.
@@ -361,7 +250,9 @@ class CudaExecutor:
             if size is not None:
                 g = self.graphs[size]
                 step = DecodeInputs(**{f.name: dev[f.name] for f in fields(DecodeInputs)})
-                fill_static(self._static, step, dev.get("carry_dst"), dev.get("carry_src"), prev_tokens)
+                fill_static(
+                    self._static, step, dev.get("carry_dst"), dev.get("carry_src"), prev_tokens
+                )
                 g.graph.replay()
                 logits = g.logits[:n]  # [size, V] -> the n real rows; padding rows dropped
                 self.replays += 1
@@ -390,12 +281,19 @@ class CudaExecutor:
         done: Launched = future.result()
         done.marks["d2h"][1].synchronize()  # after it, every earlier event of the step has happened
         ids = done.host.tolist()
-        ms = {lane: (self.ref.elapsed_time(a), self.ref.elapsed_time(b)) for lane, (a, b) in done.marks.items()}
+        ms = {
+            lane: (self.ref.elapsed_time(a), self.ref.elapsed_time(b))
+            for lane, (a, b) in done.marks.items()
+        }
         return done.tokens, ids, lane_spans(self.t_ref, ms)
 
     def stats(self) -> dict[str, Any]:
-        return {"cuda_graphs": self.graphs_on, "graph_sizes": sorted(self.graphs), "replays": self.replays,
-                "eager_steps": self.eager}
+        return {
+            "cuda_graphs": self.graphs_on,
+            "graph_sizes": sorted(self.graphs),
+            "replays": self.replays,
+            "eager_steps": self.eager,
+        }
 
 
 def check_device(device: str) -> None:
@@ -404,8 +302,10 @@ def check_device(device: str) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         from engine.core.errors import DeviceUnavailable
 
-        raise DeviceUnavailable("device 'cuda' was asked for, but torch sees no CUDA device on this machine "
-                                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
+        raise DeviceUnavailable(
+            "device 'cuda' was asked for, but torch sees no CUDA device on this machine "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})"
+        )
 
 
 @functools.lru_cache(maxsize=4)

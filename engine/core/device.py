@@ -6,11 +6,13 @@ model is loaded and run on a single process-wide "device" thread, for every engi
 the async runner overlaps the caller's thread (scheduling, streaming) with it, which is exactly
 the CPU/accelerator split the lessons show.
 """
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 _executor: ThreadPoolExecutor | None = None

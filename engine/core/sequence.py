@@ -1,13 +1,14 @@
 """A request as the engine sees it: its tokens, KV blocks, sampling rules and lifecycle."""
+
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
 
 
-class Status(str, Enum):
+class Status(str, Enum):  # noqa: UP042 - a StrEnum would print differently
     QUEUED = "queued"
     RUNNING = "running"
     PREEMPTED = "preempted"  # sent back to the queue; its KV will be recomputed
@@ -31,7 +32,8 @@ class SamplingParams:
 
 @dataclass(slots=True)
 class Event:
-    """What a request's stream receives: ``token`` events, then exactly one ``done`` or ``error``."""
+    """What a request's stream receives: ``token`` events, then exactly one ``done`` or
+    ``error``."""
 
     kind: str  # "token" | "done" | "error"
     request: int
@@ -57,10 +59,13 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     status: Status = Status.QUEUED
     block_table: list[int] = field(default_factory=list)
-    block_keys: list[int] = field(default_factory=list)  # prefix-cache keys of its first full blocks
+    # prefix-cache keys of its first full blocks
+    block_keys: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens whose K/V are in the cache
     cached_tokens: int = 0  # tokens its admissions took from the prefix cache (all admissions)
-    computed_prompt_tokens: int = 0  # tokens it prefilled (prompt, or prompt + output after a preemption)
+    computed_prompt_tokens: int = (
+        0  # tokens it prefilled (prompt, or prompt + output after a preemption)
+    )
     prefill_end: int = 0  # tokens known at its latest admission: below this, computing is prefill
     slot: int | None = None
     dead: bool = False  # finished inside a static batch that has not closed yet
@@ -86,7 +91,8 @@ class Sequence:
 
     @property
     def pending(self) -> int:
-        """Tokens not yet in the KV cache: the rest of the prompt while prefilling, 1 while decoding."""
+        """Tokens not yet in the KV cache: the rest of the prompt while prefilling, 1 while
+        decoding."""
         return self.num_tokens - self.num_cached
 
     def token_at(self, i: int) -> int:
@@ -98,7 +104,7 @@ class Sequence:
         if end <= n:
             return self.prompt_ids[start:end]
         if start >= n:
-            return self.output_ids[start - n:end - n]
+            return self.output_ids[start - n : end - n]
         return self.prompt_ids[start:] + self.output_ids[: end - n]
 
     def emit(self, event: Event) -> None:

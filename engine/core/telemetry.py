@@ -3,13 +3,15 @@
 Records are plain JSON-ready dicts built once, where the fact happens; the server, the page and
 the benchmarks all read these same records (derived numbers live in ``engine.metrics``).
 """
+
 from __future__ import annotations
 
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from engine.core.records import RequestRecord
 from engine.core.sequence import Sequence
@@ -98,30 +100,88 @@ class Telemetry:
         Path(path).write_text(self.jsonl())
 
     def chrome_trace(self) -> Record:
-        """Chrome-trace / Perfetto JSON: one track per lane, one per request (queued, prefill, decode)."""
-        us = 1e6
+        """Chrome-trace / Perfetto JSON: one track per lane, one per request (queued, prefill,
+        decode)."""
         events: list[Record] = [
             {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "engine lanes"}},
             {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "requests"}},
         ]
         for tid, lane in enumerate(LANES):
-            events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name", "args": {"name": lane}})
+            events.append(
+                {"ph": "M", "pid": 1, "tid": tid, "name": "thread_name", "args": {"name": lane}}
+            )
         steps, requests = self.snapshot()
-        for rec in steps:
-            for span in rec["spans"]:
-                events.append({"ph": "X", "pid": 1, "tid": LANES.index(span["lane"]), "name": f"{span['lane']} #{rec['step']}",
-                               "ts": span["start"] * us, "dur": max(0.0, span["end"] - span["start"]) * us,
-                               "args": {"step": rec["step"], "policy": rec["policy"]}})
-            for ev in rec["events"]:
-                events.append({"ph": "i", "pid": 1, "tid": 0, "s": "g", "name": ev["kind"], "ts": ev["t"] * us, "args": ev})
-        for req in requests:
-            phases = (("queued", req["arrival"], req["admitted"]), ("prefill", req["admitted"], req["first_token"]),
-                      ("decode", req["first_token"], req["finished"]))
-            events.append({"ph": "M", "pid": 2, "tid": req["id"], "name": "thread_name", "args": {"name": f"request {req['id']}"}})
-            for name, a, b in phases:
-                if a is not None and b is not None:
-                    events.append({"ph": "X", "pid": 2, "tid": req["id"], "name": name, "ts": a * us, "dur": (b - a) * us})
+        events += _lane_events(steps) + _request_events(requests)
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def to_chrome_trace(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.chrome_trace()))
+
+
+US = 1e6  # trace timestamps are microseconds
+
+
+def _lane_events(steps: list[Record]) -> list[Record]:
+    """Each step's spans on their lane's track, and its events as instants."""
+    us = US
+    events: list[Record] = []
+    for rec in steps:
+        for span in rec["spans"]:
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": LANES.index(span["lane"]),
+                    "name": f"{span['lane']} #{rec['step']}",
+                    "ts": span["start"] * us,
+                    "dur": max(0.0, span["end"] - span["start"]) * us,
+                    "args": {"step": rec["step"], "policy": rec["policy"]},
+                }
+            )
+        for ev in rec["events"]:
+            events.append(
+                {
+                    "ph": "i",
+                    "pid": 1,
+                    "tid": 0,
+                    "s": "g",
+                    "name": ev["kind"],
+                    "ts": ev["t"] * us,
+                    "args": ev,
+                }
+            )
+    return events
+
+
+def _request_events(requests: list[Record]) -> list[Record]:
+    """One track per request: queued, prefill, decode."""
+    us = US
+    events: list[Record] = []
+    for req in requests:
+        phases = (
+            ("queued", req["arrival"], req["admitted"]),
+            ("prefill", req["admitted"], req["first_token"]),
+            ("decode", req["first_token"], req["finished"]),
+        )
+        events.append(
+            {
+                "ph": "M",
+                "pid": 2,
+                "tid": req["id"],
+                "name": "thread_name",
+                "args": {"name": f"request {req['id']}"},
+            }
+        )
+        for name, a, b in phases:
+            if a is not None and b is not None:
+                events.append(
+                    {
+                        "ph": "X",
+                        "pid": 2,
+                        "tid": req["id"],
+                        "name": name,
+                        "ts": a * us,
+                        "dur": (b - a) * us,
+                    }
+                )
+    return events

@@ -1,6 +1,7 @@
 """``python -m engine.bench page``: what the lab's own page costs the engine it measures.
 
-The lab is started as ``make lab`` starts it (``engine/lab/launcher.py``: SmolLM2, the engine on cores of
+The lab is started as ``make lab`` starts it (``engine/lab/launcher.py``: SmolLM2, the engine on
+cores of
 its own with as many torch threads, the page on the rest), steady traffic runs (1.5 requests/s,
 48-token answers, continuous, 8 slots), and the engine's step durations are read from its step
 telemetry while, in turn (A B A B):
@@ -13,8 +14,10 @@ telemetry while, in turn (A B A B):
 - then 10 browser sessions send a chat at the same moment, and every answer is counted.
 
 Ratios: ``page_step_p50_open_over_closed``, ``page_step_p90_open_over_closed``,
-``page_streamlit_cores_per_session``, ``page_step_p50_viewers_over_none``, ``page_class_chats_answered``.
+``page_streamlit_cores_per_session``, ``page_step_p50_viewers_over_none``,
+``page_class_chats_answered``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,12 +30,20 @@ import time
 from typing import Any
 
 from engine.core import cpu
-from engine.lab import launcher as lab
 from engine.core.metrics import median, percentile
+from engine.lab import launcher as lab
 
 Result = dict[str, Any]
-TRAFFIC = {"type": "traffic", "action": "start", "rate": 1.5, "prompts": "chat", "lengths": "uniform",
-           "median": 48, "max_tokens": 48, "seed": 1}
+TRAFFIC = {
+    "type": "traffic",
+    "action": "start",
+    "rate": 1.5,
+    "prompts": "chat",
+    "lengths": "uniform",
+    "median": 48,
+    "max_tokens": 48,
+    "seed": 1,
+}
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 
@@ -49,11 +60,15 @@ class StepTap:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.steps: list[tuple[float, float, int]] = []  # (arrival wall time, step seconds, prefill tokens)
+        self.steps: list[
+            tuple[float, float, int]
+        ] = []  # (arrival wall time, step seconds, prefill tokens)
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self.ws = None
-        threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True).start()
+        threading.Thread(
+            target=self.loop.run_until_complete, args=(self._main(),), daemon=True
+        ).start()
         if not self._ready.wait(120):
             raise RuntimeError("could not subscribe to the engine")
 
@@ -68,7 +83,9 @@ class StepTap:
                 msg = json.loads(raw)
                 if msg["type"] == "step":
                     r = msg["record"]
-                    self.steps.append((time.time(), r["t_end"] - r["t_start"], r["tokens"]["prefill"]))
+                    self.steps.append(
+                        (time.time(), r["t_end"] - r["t_start"], r["tokens"]["prefill"])
+                    )
 
     def send(self, msg: dict) -> None:
         asyncio.run_coroutine_threadsafe(self.ws.send(json.dumps(msg)), self.loop).result(10)
@@ -94,7 +111,7 @@ async def _viewers(url: str, n: int, seconds: float) -> int:
             while time.time() < end:
                 try:
                     msg = await asyncio.wait_for(ws.recv(), max(0.01, end - time.time()))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 got += '"type":"step"' in msg
 
@@ -147,7 +164,11 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
     tap.send(TRAFFIC)
     time.sleep(8)  # traffic reaches its steady state
     phases: dict[str, list[float]] = {"closed": [], "open": [], "none": [], "viewers": []}
-    cores: dict[str, list[float]] = {"streamlit_open": [], "streamlit_closed": [], "chromium_open": []}
+    cores: dict[str, list[float]] = {
+        "streamlit_open": [],
+        "streamlit_closed": [],
+        "chromium_open": [],
+    }
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for _ in range(reps):
@@ -172,7 +193,8 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
             for phase in ("none", "viewers"):
                 t0 = time.time()
                 if phase == "viewers":
-                    tap.run(_viewers(ws_url, 40, seconds))  # on the tap's loop: Playwright owns this thread's
+                    # on the tap's loop: Playwright owns this thread's
+                    tap.run(_viewers(ws_url, 40, seconds))
                 else:
                     time.sleep(seconds)
                 phases[phase] += tap.window(t0, time.time())
@@ -198,7 +220,7 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
 def class_chat(browser, page_url: str, n: int) -> tuple[int, int]:
     """``n`` browser sessions (contexts) open the Live page and send a chat at the same moment."""
     sessions = []
-    for i in range(n):
+    for _ in range(n):
         ctx = browser.new_context(viewport={"width": 1280, "height": 1000})
         page = ctx.new_page()
         page.goto(page_url, timeout=180_000)
@@ -211,7 +233,9 @@ def class_chat(browser, page_url: str, n: int) -> tuple[int, int]:
     deadline = time.time() + 180
     for _, frame in sessions:
         while time.time() < deadline:
-            statuses = frame.eval_on_selector_all("[data-status]", "els => els.map(e => e.dataset.status)")
+            statuses = frame.eval_on_selector_all(
+                "[data-status]", "els => els.map(e => e.dataset.status)"
+            )
             if statuses and statuses[-1] in ("finished", "error", "refused", "cancelled"):
                 answered += statuses[-1] == "finished"
                 refused += statuses[-1] in ("refused", "error")
@@ -225,15 +249,33 @@ def class_chat(browser, page_url: str, n: int) -> tuple[int, int]:
 def main(args: argparse.Namespace) -> Result:
     split = cpu.lab_split()
     eport, pport = _free_port(), _free_port()
-    largs = lab.parse_args(["--model", "smollm2", "--host", "127.0.0.1", "--engine-port", str(eport),
-                            "--page-port", str(pport), "--device", args.device])
+    largs = lab.parse_args(
+        [
+            "--model",
+            "smollm2",
+            "--host",
+            "127.0.0.1",
+            "--engine-port",
+            str(eport),
+            "--page-port",
+            str(pport),
+            "--device",
+            args.device,
+        ]
+    )
     engine, page, _, split = lab.start(largs, split)
-    if split.pinned and split.page_cpus:  # this driver and its Chromium run where a local browser would
+    # this driver and its Chromium run where a local browser would
+    if split.pinned and split.page_cpus:
         cpu.pin_process(split.page_cpus)
     try:
         lab.wait_ready(engine, page, largs)
-        result = measure(f"http://127.0.0.1:{pport}/", f"ws://127.0.0.1:{eport}", page.pid,
-                         seconds=args.seconds, reps=args.reps)
+        result = measure(
+            f"http://127.0.0.1:{pport}/",
+            f"ws://127.0.0.1:{eport}",
+            page.pid,
+            seconds=args.seconds,
+            reps=args.reps,
+        )
     finally:
         lab.stop(page, engine)
     result["split"] = split.describe()
@@ -242,8 +284,11 @@ def main(args: argparse.Namespace) -> Result:
 
 
 def table(result: Result) -> str:
-    lines = [f"== page == ({result['split']}; {result['reps']} x {result['seconds']:.0f} s per phase, A B A B)",
-             f"{'phase':<10}{'steps':>8}{'p50 ms':>10}{'p90 ms':>10}"]
+    lines = [
+        f"== page == ({result['split']}; {result['reps']} x {result['seconds']:.0f} s per phase, "
+        f"A B A B)",
+        f"{'phase':<10}{'steps':>8}{'p50 ms':>10}{'p90 ms':>10}",
+    ]
     for name in ("closed", "open", "none", "viewers"):
         r = result["runs"][name]
         lines.append(f"{name:<10}{r['steps']:>8}{r['p50_ms']:>10.1f}{r['p90_ms']:>10.1f}")

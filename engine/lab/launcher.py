@@ -3,7 +3,8 @@
 What it decides for a classroom:
 
 - **Cores.** When the engine, the page and a local browser share one machine, the engine gets
-  its own cores and as many torch threads (``engine/core/cpu.py``: one core of 2-7 -- two from 8 up --
+  its own cores and as many torch threads (``engine/core/cpu.py``: one core of 2-7 -- two from 8
+  up --
   is left to the page and the browser). Measured on the project's 2-core machine: one open Live
   page made engine steps ~4x slower when all three shared both cores. ``--no-pin`` shares
   everything; ``engine.serve`` alone always keeps every core.
@@ -15,6 +16,7 @@ What it decides for a classroom:
 Environment (for Docker and scripts): ``FLUXO_MODEL``, ``FLUXO_HOST``, ``FLUXO_ENGINE_PORT``,
 ``FLUXO_PAGE_PORT``, ``FLUXO_TOKEN``, ``FLUXO_DEVICE``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,32 +39,70 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     ap = argparse.ArgumentParser(prog="python -m engine.lab", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=env("FLUXO_MODEL", "smollm2"))
-    ap.add_argument("--host", default=env("FLUXO_HOST", "127.0.0.1"),
-                    help="address of the page and the engine (0.0.0.0: the class reaches them; a token is then required)")
+    ap.add_argument(
+        "--host",
+        default=env("FLUXO_HOST", "127.0.0.1"),
+        help="address of the page and the engine "
+        "(0.0.0.0: the class reaches them; a token is then required)",
+    )
     ap.add_argument("--engine-port", type=int, default=int(env("FLUXO_ENGINE_PORT", "8765")))
     ap.add_argument("--page-port", type=int, default=int(env("FLUXO_PAGE_PORT", "8501")))
     ap.add_argument("--token", default=env("FLUXO_TOKEN") or None, help="presenter token")
-    ap.add_argument("--device", default=env("FLUXO_DEVICE", "cpu"), help="cpu or cuda (the engine's device)")
-    ap.add_argument("--no-pin", action="store_true", help="share every core between engine, page and browser")
-    ap.add_argument("--open", action="store_true",
-                    help="open the page in the default browser, started on the page's cores")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both to come up")
+    ap.add_argument(
+        "--device", default=env("FLUXO_DEVICE", "cpu"), help="cpu or cuda (the engine's device)"
+    )
+    ap.add_argument(
+        "--no-pin", action="store_true", help="share every core between engine, page and browser"
+    )
+    ap.add_argument(
+        "--open",
+        action="store_true",
+        help="open the page in the default browser, started on the page's cores",
+    )
+    ap.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds to wait for both to come up"
+    )
     return ap.parse_args(argv)
 
 
-def commands(args: argparse.Namespace, split: cpu.Split, token: str | None) -> tuple[list[str], list[str]]:
+def commands(
+    args: argparse.Namespace, split: cpu.Split, token: str | None
+) -> tuple[list[str], list[str]]:
     """The engine's and the page's command lines."""
-    engine = [sys.executable, "-m", "engine.serve", "--model", args.model, "--host", args.host,
-              "--port", str(args.engine_port), "--threads", str(split.engine_threads)]
+    engine = [
+        sys.executable,
+        "-m",
+        "engine.serve",
+        "--model",
+        args.model,
+        "--host",
+        args.host,
+        "--port",
+        str(args.engine_port),
+        "--threads",
+        str(split.engine_threads),
+    ]
     if args.device != "cpu":
         engine += ["--device", args.device]
     if split.pinned and split.page_cpus:
         engine += ["--cpus", ",".join(map(str, split.engine_cpus))]
     if token:
         engine += ["--token", token]
-    page = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "streamlit_app.py"),
-            "--server.headless", "true", "--server.address", args.host, "--server.port", str(args.page_port),
-            "--browser.gatherUsageStats", "false"]
+    page = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app" / "streamlit_app.py"),
+        "--server.headless",
+        "true",
+        "--server.address",
+        args.host,
+        "--server.port",
+        str(args.page_port),
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     return engine, page
 
 
@@ -91,8 +131,9 @@ def _engine_up(port: int) -> bool:
         return False
 
 
-def start(args: argparse.Namespace, split: cpu.Split | None = None
-          ) -> tuple[subprocess.Popen, subprocess.Popen, str | None, cpu.Split]:
+def start(
+    args: argparse.Namespace, split: cpu.Split | None = None
+) -> tuple[subprocess.Popen, subprocess.Popen, str | None, cpu.Split]:
     split = split or cpu.lab_split(pin=False if args.no_pin else None)
     if args.no_pin:
         split = cpu.Split(tuple(cpu.available()), len(cpu.available()), (), False)
@@ -100,14 +141,26 @@ def start(args: argparse.Namespace, split: cpu.Split | None = None
     if token is None and args.host not in LOOPBACK:
         token = secrets.token_urlsafe(12)
     engine_cmd, page_cmd = commands(args, split, token)
-    env = dict(os.environ, FLUXO_ENGINE_URL=f"ws://127.0.0.1:{args.engine_port}", PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ, FLUXO_ENGINE_URL=f"ws://127.0.0.1:{args.engine_port}", PYTHONPATH=str(ROOT)
+    )
     if token:
         env["FLUXO_TOKEN"] = token
     else:
         env.pop("FLUXO_TOKEN", None)
-    engine = subprocess.Popen(engine_cmd, cwd=ROOT, env=env, preexec_fn=_pin_child(split.engine_cpus if split.pinned else ()))
-    page = subprocess.Popen(page_cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            preexec_fn=_pin_child(split.page_cpus if split.pinned else ()))
+    engine = subprocess.Popen(
+        engine_cmd,
+        cwd=ROOT,
+        env=env,
+        preexec_fn=_pin_child(split.engine_cpus if split.pinned else ()),
+    )
+    page = subprocess.Popen(
+        page_cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        preexec_fn=_pin_child(split.page_cpus if split.pinned else ()),
+    )
     if split.pinned and not hasattr(os, "sched_setaffinity"):  # Windows: pin after the start
         cpu.pin_process(split.page_cpus, page.pid)
     return engine, page, token, split
@@ -144,15 +197,23 @@ def main(argv: list[str] | None = None) -> None:
     try:
         wait_ready(engine, page, args)
         shown = "localhost" if args.host in LOOPBACK or args.host == "0.0.0.0" else args.host
-        print(f"\n  Fluxo lab is up:  http://{shown}:{args.page_port}   (engine: ws://{shown}:{args.engine_port}, "
-              f"model: {args.model})", flush=True)
+        print(
+            f"\n  Fluxo lab is up:  http://{shown}:{args.page_port}   "
+            f"(engine: ws://{shown}:{args.engine_port}, "
+            f"model: {args.model})",
+            flush=True,
+        )
         print(f"  {split.describe()} {cpu.platform_note()}".rstrip(), flush=True)
         if token:
-            print(f"  The page is reachable beyond this machine: students are viewers; the presenter token is  {token}",
-                  flush=True)
+            print(
+                f"  The page is reachable beyond this machine: students are viewers; the "
+                f"presenter token is  {token}",
+                flush=True,
+            )
         print("  Ctrl-C stops both.", flush=True)
         if args.open:
-            if split.pinned and split.page_cpus:  # a browser started from here inherits the page's cores
+            # a browser started from here inherits the page's cores
+            if split.pinned and split.page_cpus:
                 cpu.pin_process(split.page_cpus)
             import webbrowser
 

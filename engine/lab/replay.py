@@ -2,10 +2,12 @@
 arrival time, stepped until idle, summarized. Benchmarks, lesson scenarios and the server's
 ``compare`` replay through it, each on a fresh engine sharing the loaded weights.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
@@ -16,9 +18,15 @@ from engine.workloads.canonical import CHAT_PROMPTS, WorkItem
 Result = dict[str, Any]
 
 
-def run(model, tok, items: list[WorkItem], ignore_eos: bool = True,
-        on_step: Callable[[Engine, int], None] | None = None,
-        on_submit: Callable[[int, RequestHandle], None] | None = None, **config: Any) -> tuple[Result, Engine]:
+def run(
+    model,
+    tok,
+    items: list[WorkItem],
+    ignore_eos: bool = True,
+    on_step: Callable[[Engine, int], None] | None = None,
+    on_submit: Callable[[int, RequestHandle], None] | None = None,
+    **config: Any,
+) -> tuple[Result, Engine]:
     """Submit ``items`` as the engine clock passes each one's ``arrival_s`` and step until idle.
 
     ``on_step`` may inject more requests; ``on_submit(index, handle)`` sees each item's handle.
@@ -33,7 +41,9 @@ def run(model, tok, items: list[WorkItem], ignore_eos: bool = True,
         nonlocal nxt
         while nxt < len(pending) and items[pending[nxt]].arrival_s <= engine.now():
             it = items[pending[nxt]]
-            handle = engine.submit(prompt=it.prompt, max_new_tokens=it.max_new_tokens, ignore_eos=ignore_eos)
+            handle = engine.submit(
+                prompt=it.prompt, max_new_tokens=it.max_new_tokens, ignore_eos=ignore_eos
+            )
             if on_submit is not None:
                 on_submit(pending[nxt], handle)
             nxt += 1

@@ -3,6 +3,7 @@
 One place defines them so the benchmarks, the traffic generator and the lessons replay the same
 traffic.
 """
+
 from __future__ import annotations
 
 import random
@@ -73,7 +74,9 @@ class WorkItem:
     arrival_s: float = 0.0
 
 
-def lognormal_lengths(n: int, median: float = 40.0, sigma: float = 1.0, lo: int = 8, hi: int = 256, seed: int = 0) -> list[int]:
+def lognormal_lengths(
+    n: int, median: float = 40.0, sigma: float = 1.0, lo: int = 8, hi: int = 256, seed: int = 0
+) -> list[int]:
     rng = random.Random(seed)
     import math
 
@@ -82,7 +85,8 @@ def lognormal_lengths(n: int, median: float = 40.0, sigma: float = 1.0, lo: int 
 
 
 def batching_workload(n: int = 32, seed: int = 0) -> list[WorkItem]:
-    """``n`` chat requests arriving at once; output lengths lognormal (median 40, sigma 1, [8, 256])."""
+    """``n`` chat requests arriving at once; output lengths lognormal (median 40, sigma 1, [8,
+    256])."""
     lengths = lognormal_lengths(n, seed=seed)
     return [WorkItem(CHAT_PROMPTS[i % len(CHAT_PROMPTS)], lengths[i]) for i in range(n)]
 

@@ -3,6 +3,7 @@
 The server runs one generator at a time (presenter-controlled); the lessons' ``[traffic]`` tables
 use the same vocabulary, validated here, so a lesson can start exactly its traffic on the page.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from engine.core.errors import InvalidConfig
+from engine.core.numbers import is_finite, is_int
 from engine.workloads.canonical import CHAT_PROMPTS, LONG_CONTEXT, mixed_is_long
 
 PROMPT_SETS = ("chat", "long", "mixed")
@@ -29,32 +31,36 @@ class TrafficParams:
     seed: int = 0
 
     @classmethod
-    def from_message(cls, msg: dict[str, Any]) -> "TrafficParams":
+    def from_message(cls, msg: dict[str, Any]) -> TrafficParams:
         """Validate a ``traffic`` start message (or a lesson's ``[traffic]`` table)."""
         p = cls()
         for name in ("rate", "sigma"):
             if name in msg:
                 v = msg[name]
-                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                if not is_finite(v):
                     raise InvalidConfig(f"traffic {name} must be a number, got {v!r}")
                 setattr(p, name, float(v))
         for name in ("median", "max_tokens", "seed"):
             if name in msg:
                 v = msg[name]
-                if not isinstance(v, int) or isinstance(v, bool):
+                if not is_int(v):
                     raise InvalidConfig(f"traffic {name} must be an integer, got {v!r}")
                 setattr(p, name, v)
         for name, allowed in (("prompts", PROMPT_SETS), ("lengths", LENGTH_LAWS)):
             if name in msg:
                 if msg[name] not in allowed:
-                    raise InvalidConfig(f"traffic {name} must be one of {', '.join(allowed)}, got {msg[name]!r}")
+                    raise InvalidConfig(
+                        f"traffic {name} must be one of {', '.join(allowed)}, got {msg[name]!r}"
+                    )
                 setattr(p, name, msg[name])
         if not 0 < p.rate <= 50:
             raise InvalidConfig(f"traffic rate must be in (0, 50] requests/s, got {p.rate}")
         if not 1 <= p.max_tokens <= 1024:
             raise InvalidConfig(f"traffic max_tokens must be in [1, 1024], got {p.max_tokens}")
         if not 1 <= p.median <= p.max_tokens:
-            raise InvalidConfig(f"traffic median must be in [1, max_tokens={p.max_tokens}], got {p.median}")
+            raise InvalidConfig(
+                f"traffic median must be in [1, max_tokens={p.max_tokens}], got {p.median}"
+            )
         if not 0 <= p.sigma <= 3:
             raise InvalidConfig(f"traffic sigma must be in [0, 3], got {p.sigma}")
         return p
@@ -77,7 +83,8 @@ def _long_prompt(rng: random.Random) -> str:
 
 
 class TrafficSource:
-    """The seeded stream of arrivals a ``TrafficParams`` describes (the same seed, the same traffic)."""
+    """The seeded stream of arrivals a ``TrafficParams`` describes (the same seed, the same
+    traffic)."""
 
     def __init__(self, params: TrafficParams) -> None:
         self.params = params
