@@ -1,8 +1,9 @@
-"""``python -m engine.lesson N [--short] [--json PATH]``: run lesson N's scenario headless, print its claims.
+"""``python -m engine.lesson N [--short] [--json PATH]``: lesson N's scenario and its claims.
 
 For a teacher preparing a class without the page: the same runs the lesson's check makes, on
 SmolLM2, with each claim's threshold and the number this machine measured. ``--list`` lists them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,36 +13,74 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from engine.core import device
 from engine.core.cuda_exec import check_device
 from engine.core.errors import DeviceUnavailable
-from engine.lab.replay import warm_up
 from engine.core.model import load_model
+from engine.lab.replay import warm_up
 from engine.lab.scenario import Result, lesson_dir, lesson_dirs, load, run_lesson
 
 # The columns a lesson's runs are shown with (the headline metrics, and the lessons' extras).
-COLUMNS = (("throughput", "tok/s", 1), ("decode_tput", "dec tok/s", 1), ("step_ms", "step ms", 1),
-           ("ttft_p50", "TTFT p50", 2), ("itl_p50", "ITL p50", 3), ("itl_p99", "ITL p99", 3),
-           ("running_itl_max", "run ITLmax", 3), ("slot_utilization", "slot use", 2),
-           ("dead_slot_fraction", "dead", 2), ("kv_waste", "KV waste", 3), ("peak_running", "peak", 0),
-           ("preemptions", "preempt", 0), ("busy_fraction", "busy", 3), ("wall_s", "wall s", 1))
+COLUMNS = (
+    ("throughput", "tok/s", 1),
+    ("decode_tput", "dec tok/s", 1),
+    ("step_ms", "step ms", 1),
+    ("ttft_p50", "TTFT p50", 2),
+    ("itl_p50", "ITL p50", 3),
+    ("itl_p99", "ITL p99", 3),
+    ("running_itl_max", "run ITLmax", 3),
+    ("slot_utilization", "slot use", 2),
+    ("dead_slot_fraction", "dead", 2),
+    ("kv_waste", "KV waste", 3),
+    ("peak_running", "peak", 0),
+    ("preemptions", "preempt", 0),
+    ("busy_fraction", "busy", 3),
+    ("wall_s", "wall s", 1),
+)
 
 
 def report(title: str, result: Result) -> str:
     lines = [f"== {title} ==", f"{'run':<14}" + "".join(f"{label:>11}" for _, label, _ in COLUMNS)]
     for name, r in result["runs"].items():
-        cells = (f"{r['summary'][k]:>11.{d}f}" if k in r["summary"] else f"{'-':>11}" for k, _, d in COLUMNS)
+        cells = (
+            f"{r['summary'][k]:>11.{d}f}" if k in r["summary"] else f"{'-':>11}"
+            for k, _, d in COLUMNS
+        )
         lines.append(f"{name:<14}" + "".join(cells))
     lines += ["", f"{'claim':<72} {'threshold':>12} {'measured':>9}  result"]
     for c in result["checks"]:
-        lines.append(f"{c['claim'][:72]:<72} {c['op']:>3} {c['threshold']:>8.3g} {c['measured']:>9.3f}  "
-                     f"{'pass' if c['ok'] else 'FAIL'}")
+        lines.append(
+            f"{c['claim'][:72]:<72} {c['op']:>3} {c['threshold']:>8.3g} {c['measured']:>9.3f}  "
+            f"{'pass' if c['ok'] else 'FAIL'}"
+        )
     return "\n".join(lines)
 
 
 MARK_START, MARK_END = "<!-- measured -->", "<!-- /measured -->"
-HEAD = {"en": ("claim", "threshold", "measured (short / full)", "Runs", "measured on", "not run", "load average"),
-        "pt-BR": ("afirmação", "limite", "medido (short / full)", "Execuções", "medido em", "não rodou", "carga média")}
+HEAD = {
+    "en": (
+        "claim",
+        "threshold",
+        "measured (short / full)",
+        "Runs",
+        "measured on",
+        "not run",
+        "load average",
+        "torch thread(s)",
+    ),
+    "pt-BR": (
+        "afirmação",
+        "limite",
+        "medido (short / full)",
+        "Execuções",
+        "medido em",
+        "não rodou",
+        "carga média",
+        "thread(s) do torch",
+    ),
+}
 
 
 def _num(x: float, lang: str) -> str:
@@ -60,19 +99,35 @@ def measured_markdown(scenario: dict, measured: dict, lang: str) -> str:
             done = {c["claim"]: c for c in (measured.get(variant) or {}).get("checks", [])}
             c = done.get(check["claim"])
             cells.append(f"{_num(c['measured'], lang)}{'' if c['ok'] else ' FAIL'}" if c else h[5])
-        lines.append(f"| {claim} | {check['op']} {_num(check['threshold'], lang)} | {' / '.join(cells)} |")
+        lines.append(
+            f"| {claim} | {check['op']} {_num(check['threshold'], lang)} | {' / '.join(cells)} |"
+        )
     for variant in ("short", "full"):
         doc = measured.get(variant)
         if not doc:
             continue
         runs = "; ".join(
             f"{name}: {_num(r['summary'].get('throughput', float('nan')), lang)} tok/s"
-            + "".join(f", {label} {_num(r['summary'][k] * f, lang)}{unit}" for k, label, f, unit in (
-                ("ttft_p50", "TTFT p50", 1, " s"), ("itl_p50", "ITL p50", 1000, " ms"), ("itl_p99", "ITL p99", 1000, " ms"),
-                ("busy_fraction", "busy", 1, ""), ("peak_running", "peak", 1, "")) if k in r["summary"])
-            for name, r in doc["runs"].items())
+            + "".join(
+                f", {label} {_num(r['summary'][k] * f, lang)}{unit}"
+                for k, label, f, unit in (
+                    ("ttft_p50", "TTFT p50", 1, " s"),
+                    ("itl_p50", "ITL p50", 1000, " ms"),
+                    ("itl_p99", "ITL p99", 1000, " ms"),
+                    ("busy_fraction", "busy", 1, ""),
+                    ("peak_running", "peak", 1, ""),
+                )
+                if k in r["summary"]
+            )
+            for name, r in doc["runs"].items()
+        )
         load_avg = str(doc.get("load", "?")).replace(".", "," if lang == "pt-BR" else ".")
-        lines += ["", f"{h[3]} ({variant}, {h[4]} {doc.get('when', '?')}, {h[6]} {load_avg}): {runs}."]
+        threads = f", {doc['threads']} {h[7]}" if "threads" in doc else ""
+        lines += [
+            "",
+            f"{h[3]} ({variant}, {h[4]} {doc.get('when', '?')}, {h[6]} {load_avg}{threads}): "
+            f"{runs}.",
+        ]
     return "\n".join(lines)
 
 
@@ -87,7 +142,10 @@ def write_notes(path: Path, scenario: dict) -> None:
         if MARK_START in text and MARK_END in text:
             head, rest = text.split(MARK_START, 1)
             tail = rest.split(MARK_END, 1)[1]
-            notes.write_text(f"{head}{MARK_START}\n{measured_markdown(scenario, measured, lang)}\n{MARK_END}{tail}")
+            notes.write_text(
+                f"{head}{MARK_START}\n{measured_markdown(scenario, measured, lang)}\n"
+                f"{MARK_END}{tail}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,16 +154,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the lessons and exit")
     ap.add_argument("--short", action="store_true", help="the shortened variant the tests run")
     ap.add_argument("--json", type=Path, help="also write the summaries and claims here")
-    ap.add_argument("--save", action="store_true",
-                    help="keep this run in the lesson's measured.json (short and full apart) and refresh the "
-                         "measured tables of its teacher notes")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default=os.environ.get("FLUXO_DEVICE", "cpu"),
-                    help="cpu or cuda (or FLUXO_DEVICE); cuda without a GPU is an error, never a silent CPU run")
+    ap.add_argument(
+        "--save",
+        action="store_true",
+        help="keep this run in the lesson's measured.json (short and full apart) and refresh the "
+        "measured tables of its teacher notes",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for the forward (default: torch's, one per core). On a shared machine "
+        "1 is faster and steadier: a descheduled OpenMP thread stalls every step (tests use 1)",
+    )
+    ap.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=os.environ.get("FLUXO_DEVICE", "cpu"),
+        help="cpu or cuda (or FLUXO_DEVICE); cuda without a GPU is an error, never a silent CPU "
+        "run",
+    )
     args = ap.parse_args(argv)
     if args.list or args.number is None:
         for p in lesson_dirs():
             sc = load(p / "scenario.toml")
-            print(f"{int(p.name[:2]):>2}  {p.name:<28} {sc['lesson']['title_en']}  ({sc['lesson']['title_pt']})")
+            print(
+                f"{int(p.name[:2]):>2}  {p.name:<28} {sc['lesson']['title_en']}  "
+                f"({sc['lesson']['title_pt']})"
+            )
         return 0
     path = lesson_dir(args.number)
     scenario = load(path / "scenario.toml")
@@ -113,17 +189,32 @@ def main(argv: list[str] | None = None) -> int:
         check_device(args.device)
     except DeviceUnavailable as exc:
         raise SystemExit(f"error [{exc.code}]: {exc.message}") from None
+    if args.threads:  # the device thread (the engines) and this one (lesson 8's transformers peer)
+        device.run(torch.set_num_threads, args.threads)
+        torch.set_num_threads(args.threads)
     model, tok = device.run(load_model, "smollm2", "float32")
     model = model.to(args.device)  # the scenario's engines run where the model is
-    warm_up(model, tok, args.device)  # the first engine of a process pays one-off costs no lesson should measure
+    warm_up(
+        model, tok, args.device
+    )  # the first engine of a process pays one-off costs no lesson should measure
     t = time.perf_counter()
     result = run_lesson(model, tok, scenario, short=args.short)
-    title = f"lesson {args.number}: {scenario['lesson']['title_en']}{' (short)' if args.short else ''}"
+    title = (
+        f"lesson {args.number}: {scenario['lesson']['title_en']}{' (short)' if args.short else ''}"
+    )
     print(report(title, result))
     print(f"\n{time.perf_counter() - t:.1f} s")
-    doc = {"lesson": path.name, "short": args.short, "checks": result["checks"],
-           "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": f"{os.getloadavg()[0]:.1f}",
-           "runs": {k: {"config": v["config"], "summary": v["summary"]} for k, v in result["runs"].items()}}
+    doc = {
+        "lesson": path.name,
+        "short": args.short,
+        "checks": result["checks"],
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": f"{os.getloadavg()[0]:.1f}",
+        "threads": device.run(torch.get_num_threads),
+        "runs": {
+            k: {"config": v["config"], "summary": v["summary"]} for k, v in result["runs"].items()
+        },
+    }
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1))
     if args.save:
