@@ -62,8 +62,11 @@ static inline void qblock(const uint8_t* wrow, int64_t b, const QRow& x, int64_t
     float dw, mw = 0.0f;
     if (Q4) {
         const uint8_t* blk = wrow + b * 20;
-        dw = h2f(blk);
-        mw = h2f(blk + 2);
+        int32_t dm;
+        memcpy(&dm, blk, 4);
+        const __m128 dmf = _mm_cvtph_ps(_mm_cvtsi32_si128(dm));  // d and m in one conversion
+        dw = _mm_cvtss_f32(dmf);
+        mw = _mm_cvtss_f32(_mm_movehdup_ps(dmf));
         const __m128i t = _mm_loadu_si128((const __m128i*)(blk + 4));
         qw = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
         aw = qw;  // 0..15, unsigned: the first operand of maddubs
@@ -141,6 +144,10 @@ static void qmm_part(const uint8_t* w, bool q4, int64_t N, int64_t K, const QRow
     else qmm_rows<false>(w, N, K, x, M, y, ldy, mode, n0, n1);
 }
 
+#ifndef FP32_HEAD
+#define FP32_HEAD 1
+#endif
+
 // -- the whole decode step -------------------------------------------------------------------------
 static void rmsnorm(const float* h, const float* w, int64_t M, int64_t D, float eps, float* out) {
     for (int64_t r = 0; r < M; r++) {
@@ -211,6 +218,41 @@ static inline float dot8(const float* a, const float* b, int64_t d) {
     return hsum(_mm256_add_ps(s0, s1));
 }
 
+// q . k for four keys at once: four fma chains, one horizontal reduction for all four.
+static inline void dot4(const float* q, const float* k0, const float* k1, const float* k2,
+                        const float* k3, int64_t d, float* out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < d; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
+        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
+        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
+        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
+    }
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
+// o = inv * sum_j p[j] v[slot[j]] with the NV x 8 outputs in registers (a chain through memory
+// per key made this loop 3x slower).
+template <int NV>
+static inline void pv(const float* p, const int64_t* slot, const uint8_t* mask, int64_t n,
+                      const float* v, int64_t vstride, float inv, float* o) {
+    __m256 acc[NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        if (!mask[j]) continue;
+        const __m256 pp = _mm256_set1_ps(p[j]);
+        const float* vr = v + slot[j] * vstride;
+#pragma GCC unroll 16
+        for (int i = 0; i < NV; i++) acc[i] = _mm256_fmadd_ps(pp, _mm256_loadu_ps(vr + 8 * i), acc[i]);
+    }
+    const __m256 iv = _mm256_set1_ps(inv);
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; i++) _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(acc[i], iv));
+}
+
 // Units (row, head) (head_dim a multiple of 8): softmax(q k^T * scale) v over the row's context slots.
 static void attend(const Step& s, const float* qkv, int64_t ldq, const float* kc, const float* vc,
                    float* out, Scratch& t, int tid, int nt) {
@@ -221,27 +263,59 @@ static void attend(const Step& s, const float* qkv, int64_t ldq, const float* kc
         const int64_t b = u / s.heads, hh = u % s.heads, g = hh / rep;
         memcpy(q, qkv + b * ldq + hh * hd, hd * sizeof(float));
         rope(q, s.cos + s.pos[b] * hd, s.sin + s.pos[b] * hd, hd);
+        const int64_t* sl = s.ctx_slots + b * s.ctx;
+        const float* kg = kc + g * hd;
+        const int64_t ks = s.kv_heads * hd;
+        int64_t j = 0;
+        for (; j + 4 <= s.ctx; j += 4)  // padding slots are valid memory; the mask drops them below
+            dot4(q, kg + sl[j] * ks, kg + sl[j + 1] * ks, kg + sl[j + 2] * ks, kg + sl[j + 3] * ks, hd,
+                 sc + j);
+        for (; j < s.ctx; j++) sc[j] = dot8(q, kg + sl[j] * ks, hd);
         float mx = -INFINITY;
-        for (int64_t j = 0; j < s.ctx; j++) {
-            if (!s.mask[b * s.ctx + j]) { sc[j] = -INFINITY; continue; }
-            const float* k = kc + (s.ctx_slots[b * s.ctx + j] * s.kv_heads + g) * hd;
-            sc[j] = dot8(q, k, hd) * s.scale;
+        for (j = 0; j < s.ctx; j++) {
+            sc[j] = s.mask[b * s.ctx + j] ? sc[j] * s.scale : -INFINITY;
             mx = sc[j] > mx ? sc[j] : mx;
         }
-        float* o = out + b * s.heads * hd + hh * hd;
-        for (int64_t i = 0; i < hd; i++) o[i] = 0.0f;
         float sum = 0.0f;
         for (int64_t j = 0; j < s.ctx; j++) {
             if (!s.mask[b * s.ctx + j]) continue;
-            const float p = expf(sc[j] - mx);
-            sum += p;
-            const float* v = vc + (s.ctx_slots[b * s.ctx + j] * s.kv_heads + g) * hd;
-            const __m256 pp = _mm256_set1_ps(p);
-            for (int64_t i = 0; i < hd; i += 8)
-                _mm256_storeu_ps(o + i, _mm256_fmadd_ps(pp, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
+            sc[j] = expf(sc[j] - mx);
+            sum += sc[j];
         }
-        const float inv = 1.0f / sum;
-        for (int64_t i = 0; i < hd; i++) o[i] *= inv;
+        float* o = out + b * s.heads * hd + hh * hd;
+        const int64_t* slot = s.ctx_slots + b * s.ctx;
+        const uint8_t* mk = s.mask + b * s.ctx;
+        const float* vg = vc + g * hd;
+        const int64_t vs = s.kv_heads * hd;
+        if (hd == 64) pv<8>(sc, slot, mk, s.ctx, vg, vs, 1.0f / sum, o);
+        else if (hd == 128) pv<16>(sc, slot, mk, s.ctx, vg, vs, 1.0f / sum, o);
+        else if (hd == 16) pv<2>(sc, slot, mk, s.ctx, vg, vs, 1.0f / sum, o);
+        else {
+            for (int64_t i = 0; i < hd; i++) o[i] = 0.0f;
+            for (int64_t j = 0; j < s.ctx; j++)
+                if (mk[j])
+                    for (int64_t i = 0; i < hd; i++) o[i] += sc[j] * vg[slot[j] * vs + i];
+            for (int64_t i = 0; i < hd; i++) o[i] /= sum;
+        }
+    }
+}
+
+// The vocabulary head on fp32 activations (cpu_quant.cpp's block-dequantizing kernel), output rows
+// [n0, n1) of this thread: it reads the largest matrix, so it is memory-bound either way.
+static void head_fp32(const float* x, int64_t M, int64_t K, const uint8_t* w, bool q4, int64_t N,
+                      float* y, int tid, int nt) {
+    const int64_t nb = K / 32, width = nb * (q4 ? 20 : 34);
+    for (int64_t n = N * tid / nt; n < N * (tid + 1) / nt; n++) {
+        const uint8_t* wrow = w + n * width;
+        int64_t r = 0;
+        for (; r + 4 <= M; r += 4) {
+            if (q4) rows_dot<4, 20, true>(x + r * K, K, wrow, nb, y + r * N + n, N);
+            else rows_dot<4, 34, false>(x + r * K, K, wrow, nb, y + r * N + n, N);
+        }
+        for (; r < M; r++) {
+            if (q4) rows_dot<1, 20, true>(x + r * K, K, wrow, nb, y + r * N + n, N);
+            else rows_dot<1, 34, false>(x + r * K, K, wrow, nb, y + r * N + n, N);
+        }
     }
 }
 
@@ -283,8 +357,12 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
     }
     const int64_t* hdesc = s.desc + s.layers * 10;
     rmsnorm(s.h, (const float*)hdesc[2], B, D, s.eps, t.f.data());
-    quantize_rows(t.f.data(), B, D, x);
-    qmm_part((const uint8_t*)hdesc[0], hdesc[1], s.vocab, D, x, B, s.logits, s.vocab, 0, tid, nt);
+    if (FP32_HEAD) {
+        head_fp32(t.f.data(), B, D, (const uint8_t*)hdesc[0], hdesc[1], s.vocab, s.logits, tid, nt);
+    } else {
+        quantize_rows(t.f.data(), B, D, x);
+        qmm_part((const uint8_t*)hdesc[0], hdesc[1], s.vocab, D, x, B, s.logits, s.vocab, 0, tid, nt);
+    }
     _mm_setcsr(csr);
 }
 

@@ -11,7 +11,6 @@ import torch
 
 from engine.core import quant
 from engine.core.config import EngineConfig
-from engine.core.engine import Engine
 from engine.core.errors import UnknownMode
 from engine.lab import roofline
 from engine.lab.accuracy import agreement
@@ -193,26 +192,30 @@ def test_smollm2_gguf_blocks_reproduce_the_loaded_weights_bit_for_bit(smollm2):
 
 
 @needs_kernels
-def test_smollm2_q4_greedy_agrees_with_fp32(smollm2):
-    """Measured (2026-11-30): 4/4 answers identical over 16 tokens each (agreement 1.0): q4 is
-    the same function as fp32 up to summation order, as the GGUF's blocks are the fp32 weights."""
+def test_smollm2_q4_perplexity_within_2_percent_of_fp32(smollm2):
+    """q4 multiplies int8 activations (as llama.cpp's Q4_1 x Q8_1), so it is no longer fp32's
+    function up to summation order; the acceptance bound is perplexity. Here on the first ~120
+    tokens of the fixed text: fp32 by 32-token chunks, q4 by chunks (QuantLinear) and by one
+    fused decode step per token (the serving path). Measured 2026-11-30 on these 139 tokens:
+    fp32 45.000, q4 chunks 45.391 (1.0087), q4 decode 45.301 (1.0067)."""
+    from engine.core.llama import LlamaForward
+    from engine.lab.accuracy import TEXT, perplexity
+
     model, tok = smollm2
-    prompts = [
-        "What is the capital of France?",
-        "Write a haiku about the sea.",
-        "Name five planets of the solar system.",
-        "How do I boil an egg?",
-    ]
-    answers = {}
-    for w in ("fp32", "q4"):
-        engine = Engine(EngineConfig(weights=w, max_slots=4), model=model, tokenizer=tok)
-        assert engine.runner.forward_impl.weights == w
-        handles = [engine.submit(prompt=p, max_new_tokens=16, ignore_eos=True) for p in prompts]
-        engine.run_until_idle()
-        answers[w] = [list(h.token_ids) for h in handles]
-    agree = agreement(answers["fp32"], answers["q4"])
-    assert agree["token_agreement"] >= 0.9, agree
-    assert agree["identical_answers"] >= 3, agree
+    text = TEXT.read_text()[:600]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # on the shared 2-core machine: 16 s here, 2 threads took 135 s
+    try:
+        ref = perplexity(LlamaForward(model, 512, "fp32"), tok, text)["perplexity"]
+        q4 = LlamaForward(model, 512, "q4")
+        assert q4.fused is not None
+        chunks = perplexity(q4, tok, text)["perplexity"]
+        decode = perplexity(q4, tok, text, chunk=0)["perplexity"]
+    finally:
+        torch.set_num_threads(threads)
+    for got in (chunks, decode):
+        assert abs(got / ref - 1) < 0.02, (ref, chunks, decode)
+    assert chunks != ref  # the int8 activations are really in use
 
 
 def test_unknown_weights_is_a_coded_error():

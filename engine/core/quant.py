@@ -220,12 +220,15 @@ class QuantWeight:
 class QuantLinear:
     """``y = x @ W.T`` with W in blocks (matrices of one K may be row-stacked into one)."""
 
-    def __init__(self, weight: QuantWeight) -> None:
+    def __init__(self, weight: QuantWeight, int8_activations: bool = True) -> None:
         self.w = weight
+        self.int8 = int8_activations  # False: fp32 activations (the vocabulary head)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] > DEQUANT_ABOVE_ROWS:
             return torch.mm(x, cpu_quant.dequantize(self.w.blocks, self.w.fmt, self.w.k).T)
+        if not self.int8:
+            return cpu_quant.matmul(x, self.w.blocks, self.w.fmt)
         return cpu_quant.qmatmul(x, self.w.blocks, self.w.fmt)
 
 
@@ -337,7 +340,7 @@ def _build(hf_model, weights: str) -> QuantModel:
     return QuantModel(
         weights,
         layers,
-        QuantLinear(qw["lm_head"]),
+        QuantLinear(qw["lm_head"], int8_activations=False),
         sizes,
         weight_bytes(qw),
         all(w.exact for w in qw.values()),

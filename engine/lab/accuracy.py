@@ -41,9 +41,29 @@ def nll_chunks(forward, ids: list[int], chunk: int = 32, block_size: int = 16) -
     return total, count
 
 
+def nll_decode(forward, ids: list[int], block_size: int = 16) -> tuple[float, int]:
+    """As ``nll_chunks``, but one decode step per token: the path a served answer takes (for the
+    quantized formats, the one-call decode step of ``engine.core.quant.FusedDecode``)."""
+    from engine.core.llama import ForwardBatch
+
+    n = len(ids)
+    cache = forward.new_cache(-(-n // block_size) + 1, block_size)
+    slots = torch.arange(n)
+    total = 0.0
+    for pos in range(n - 1):
+        fb = ForwardBatch(input_ids=torch.tensor([ids[pos]]), positions=torch.tensor([pos]),
+                          write_slots=slots[pos:pos + 1], num_decode=1, decode_slots=slots[None, :pos + 1],
+                          decode_mask=torch.ones(1, 1, 1, pos + 1, dtype=torch.bool),
+                          logits_rows=torch.arange(1))
+        logits = forward.forward(fb, cache).double()  # [1, vocab]
+        total += torch.nn.functional.cross_entropy(logits, torch.tensor([ids[pos + 1]]), reduction="sum").item()
+    return total, n - 1
+
+
 def perplexity(forward, tok, text: str | None = None, chunk: int = 32) -> dict[str, float]:
+    """Perplexity of ``text`` (default: the fixed text); ``chunk=0`` scores it by decode steps."""
     ids = list(tok.encode(text if text is not None else TEXT.read_text(), add_special_tokens=False))
-    total, count = nll_chunks(forward, ids, chunk)
+    total, count = nll_chunks(forward, ids, chunk) if chunk else nll_decode(forward, ids)
     return {"perplexity": math.exp(total / count), "nll_per_token": total / count, "tokens": count}
 
 
@@ -88,6 +108,8 @@ def accuracy(model, tok, weights: tuple[str, ...] = ("fp32", "q8", "q4"), prompt
         answers[w] = greedy_answers(model, tok, w, list(CHAT_PROMPTS[:prompts]), new_tokens)
         out["runs"][w] = {"perplexity": ppl["perplexity"], "nll_per_token": ppl["nll_per_token"],
                           "effective_weights": fwd.weights}
+        if fwd.weights != "fp32":  # the decode path too (fp32's is the same function as its chunks')
+            out["runs"][w]["decode_perplexity"] = device.run(perplexity, fwd, tok, None, 0)["perplexity"]
         out["text_tokens"] = ppl["tokens"]
     ratios = {}
     for w in weights:
@@ -96,6 +118,9 @@ def accuracy(model, tok, weights: tuple[str, ...] = ("fp32", "q8", "q4"), prompt
         if w != "fp32" and "fp32" in out["runs"]:
             ratios[f"{w}_perplexity_over_fp32"] = out["runs"][w]["perplexity"] / out["runs"]["fp32"]["perplexity"]
             ratios[f"{w}_greedy_token_agreement"] = agree["token_agreement"]
+            if "decode_perplexity" in out["runs"][w]:
+                ratios[f"{w}_decode_perplexity_over_fp32"] = (out["runs"][w]["decode_perplexity"]
+                                                             / out["runs"]["fp32"]["perplexity"])
     out["ratios"] = ratios
     return out
 
