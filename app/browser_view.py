@@ -152,6 +152,8 @@ def replay(steps: Sequence[dict], people: Iterable[int] = (), names: Sequence[st
                       **_view_args(lang, projector, None), key=key, default=None, height=height)
 
 
-def keys(words: dict[str, str]) -> None:
-    """The presenter's keys on this page (Page Down / Page Up, space, ? for help)."""
-    _keys(words={k: v for k, v in words.items() if k.startswith("k_")}, key="fluxo_keys", default=None, height=0)
+def keys(words: dict[str, str], query: str) -> None:
+    """The presenter's keys on this page (Page Down / Page Up, space, ? for help); it also writes
+    the page's state into the address bar (``query``), so a copied link reopens the same picture."""
+    _keys(words={k: v for k, v in words.items() if k.startswith("k_")}, query=query, key="fluxo_keys",
+          default=None, height=0)

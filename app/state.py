@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
+from urllib.parse import urlencode
 
 import streamlit as st
 
@@ -50,26 +51,40 @@ def put(name: str, value: Any) -> None:
     url()[name] = value
 
 
+def _keep(name: str, key: str) -> None:
+    url()[name] = st.session_state[key]
+
+
 def widget(name: str, key: str, draw: Callable[..., Any], *args: Any, options: Sequence | None = None,
            **kw: Any) -> Any:
-    """Draw a widget whose value is shareable: seeded from the URL state, written back after."""
+    """Draw a widget whose value is shareable: seeded from the URL state, written back after.
+
+    Always seeded: a widget drawn by a page script is a new widget on another page (Streamlit
+    keeps its key but not its value), and a user's change reaches the state first (on_change)."""
     saved = url().get(name, DEFAULTS.get(name))
-    if key not in st.session_state and saved is not None and (options is None or saved in options):
+    if saved is not None and (options is None or saved in options):
         st.session_state[key] = saved
-    if options is not None:
-        value = draw(*args, options, key=key, **kw)
-    else:
-        value = draw(*args, key=key, **kw)
+    kw = {"on_change": _keep, "args": (name, key), **kw}
+    value = draw(*args, options, key=key, **kw) if options is not None else draw(*args, key=key, **kw)
     url()[name] = value
     return value
 
 
-def write_url() -> None:
-    """The query string from the state (defaults left out, so links stay short)."""
-    state = {k: v for k, v in url().items() if v is not None and DEFAULTS.get(k) != v}
+def query() -> str:
+    """The query string of the state (defaults left out, so links stay short)."""
+    state = {k: v for k, v in url().items() if k in PARAMS and v is not None and DEFAULTS.get(k) != v}
     params = {k: ("1" if v is True else str(v)) for k, v in state.items() if v is not False}
-    if dict(st.query_params) != params:
-        st.query_params.from_dict(params)
+    return urlencode(params)
+
+
+def write_url() -> None:
+    """Put the state in the browser's address bar. The page's keys component writes it there
+    (``history.replaceState``): Streamlit's own ``st.query_params`` written during the first run
+    after a page switch left that page's widgets undrawn (Streamlit 1.67), and the browser sends
+    its query string with every rerun, so the server reads it back as ``st.query_params``."""
+    from app import browser_view
+
+    browser_view.keys(url().get("_words", {}), query())
 
 
 def recording_title(name: str) -> str:

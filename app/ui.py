@@ -8,6 +8,7 @@ import json
 import os
 from dataclasses import dataclass
 
+import pandas as pd
 import streamlit as st
 
 from app import browser_view, i18n, recording, state
@@ -132,6 +133,29 @@ def _source(w: dict[str, str], needs_engine: bool) -> tuple[str, EngineClient | 
     return src, c, fallback
 
 
+PRELOAD_CSS = "<style>.st-key-fluxo_preload { display: none !important; }</style>"
+
+
+def _preload() -> None:
+    """One hidden element of each kind the pages draw. Streamlit 1.67 loads an element's code on
+    first use; after a switch between pages (no reload), elements of a kind the first page did not
+    draw stayed grey placeholders here (buttons, sliders, tables: seen in Chromium, no network).
+    Drawn once, hidden, on every page, each kind's code is there before any page needs it."""
+    st.markdown(PRELOAD_CSS, unsafe_allow_html=True)
+    with st.container(key="fluxo_preload"):
+        st.button("·", key="_pre_button", disabled=True)
+        st.select_slider("·", options=[0, 1], key="_pre_select_slider", disabled=True)
+        st.slider("·", 0, 1, key="_pre_slider", disabled=True)
+        st.number_input("·", 0, 1, key="_pre_number", disabled=True)
+        st.text_input("·", key="_pre_text", disabled=True)
+        st.dataframe(pd.DataFrame({"·": [0]}), hide_index=True)
+        st.code("·", language="toml")
+        st.download_button("·", "·", key="_pre_download", disabled=True)
+        st.vega_lite_chart({"mark": "bar", "data": {"values": []}}, theme=None)
+        with st.expander("·"):
+            st.caption("·")
+
+
 def page_setup(title: str, caption: str, caption_rec: str | None = None, needs_engine: bool = False) -> Ctx:
     """CSS, the sidebar (language, source, recording, projector, engine, role), title and caption.
     ``title``/``caption`` are keys of app/i18n.py's words."""
@@ -150,11 +174,12 @@ def page_setup(title: str, caption: str, caption_rec: str | None = None, needs_e
         presenter = c is not None and is_presenter(c)
         if c is not None:
             st.markdown(f"**{w['role']}:** " + (f":blue[{w['presenter']}]" if presenter else f":gray[{w['viewer']}]"))
+    _preload()
     if projector:
         st.markdown(PROJECTOR_CSS, unsafe_allow_html=True)
     if chart != "all":
         st.markdown(CHART_ONLY_CSS, unsafe_allow_html=True)
-    browser_view.keys(w)
+    state.put("_words", {k: v for k, v in w.items() if k.startswith("k_")})
     ctx = Ctx(c, presenter, lang, w, src, rec, None, projector, chart, fallback)
     if chart == "all" or not projector:
         st.title(w[title])

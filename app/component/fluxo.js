@@ -37,7 +37,7 @@
     ws: null, status: "starting", client: null, role: null, state: {}, metrics: null, limits: null,
     backoff: 250, reconnectTimer: null, subscribed: false, lastRender: 0, renderMs: 0,
     renders: 0, received: 0, skipped: 0, chats: [], chatSeq: 0, errors: [], frameHeight: 0,
-    all: [], lastAt: undefined,
+    all: [],
   };
   S.w = w;
   S.post = (type, data) => post(type, data);
@@ -96,12 +96,10 @@
           S.dataKey = args.data_key;
           S.all = args.steps || [];
           S.people = new Set(args.people || []);
-          S.lastAt = args.at;
           window.FluxoPlayer.load(args.at, args.speed);
-        } else if (args.at !== S.lastAt) {
-          S.lastAt = args.at;
-          window.FluxoPlayer.jump(args.at);
         }
+        // A later ``at`` is the page echoing what this view (or its synced twin) reported, maybe
+        // late: the view keeps its own position until the run itself changes.
       } else if (args.data_key !== S.dataKey) {
         S.dataKey = args.data_key;
         S.buffer = args.steps || [];

@@ -31,8 +31,7 @@ def engine_controls(c, presenter: bool) -> None:
             if answer is None or (newest and newest[-1]["step"] >= target):
                 break
             time.sleep(0.05)
-        st.session_state.pop("step_at", None)  # follow the newest step
-        state.put("at", None)
+        state.put("at", None)  # follow the newest step
         st.rerun()
     if b3.button(w["resume"], key="resume", icon=":material/play_arrow:", disabled=not presenter or not paused):
         ui.send(c, "resume")
@@ -42,19 +41,19 @@ def engine_controls(c, presenter: bool) -> None:
 
 
 def pick_step(steps: list[dict]) -> int:
-    """Back / Forward (Page Up / Page Down) and a slider over the recorded steps."""
+    """Back / Forward (Page Up / Page Down) and a slider over the recorded steps; the step shown
+    is the shareable ``at`` (the slider is seeded from it on every run, on every page)."""
     numbers = [r["step"] for r in steps]
-    if st.session_state.get("step_at") not in numbers:
-        at = state.get("at")
-        st.session_state["step_at"] = at if at in numbers else numbers[-1]
+    at = state.get("at")
+    i = numbers.index(at) if at in numbers else len(numbers) - 1
     n1, n2, n3 = st.columns([1, 4, 1])
-    if n1.button(w["back"], key="back", icon=":material/arrow_back:"):
-        i = numbers.index(st.session_state["step_at"])
-        st.session_state["step_at"] = numbers[max(0, i - 1)]
-    if n3.button(w["forward"], key="fwd", icon=":material/arrow_forward:"):
-        i = numbers.index(st.session_state["step_at"])
-        st.session_state["step_at"] = numbers[min(len(numbers) - 1, i + 1)]
-    at = n2.select_slider(w["recorded_step"], options=numbers, key="step_at")
+    if n1.button(w["back"], key="back"):
+        i = max(0, i - 1)
+    if n3.button(w["forward"], key="fwd"):
+        i = min(len(numbers) - 1, i + 1)
+    st.session_state["step_at"] = numbers[i]
+    at = n2.select_slider(w["recorded_step"], options=numbers, key="step_at",
+                          on_change=lambda: state.put("at", st.session_state["step_at"]))
     state.put("at", at)
     return numbers.index(at)
 

@@ -55,6 +55,8 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
     # Step by step opens at the same step; Page Down / Page Up walk the recorded steps.
     page.get_by_role("link", name="Passo a passo").click()
     expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at} ·"))).to_be_visible()
+    page.wait_for_function("() => document.querySelector('.st-key-fwd button') && window.__fluxoKeysReady")
+    page.wait_for_timeout(1000)  # the page's keys frame settles (Streamlit may replace it)
     page.keyboard.press("PageDown")
     expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible()
     page.keyboard.press("PageDown")
@@ -117,11 +119,12 @@ def test_page_down_walks_the_lesson_sections(offline, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.goto(f"{offline}/lessons?lang=en&lesson={REC}")
     page.get_by_role("heading", name="The oven vs the flow").first.wait_for(timeout=60_000)
-    page.wait_for_function("() => window.__fluxoKeysReady === true", timeout=60_000)
+    page.wait_for_function("() => window.__fluxoKeysReady", timeout=60_000)
+    page.wait_for_timeout(1000)
     tops = "() => Array.from(document.querySelectorAll('[data-testid=stMain] h2')).map(h => " \
            "Math.round(h.getBoundingClientRect().top))"
     before = page.evaluate(tops)
-    page.locator("h1").click()
+    page.locator("h1").first.click()
     page.keyboard.press("PageDown")
     page.wait_for_function(f"() => ({tops})().some(t => Math.abs(t) < 30)")
     after = page.evaluate(tops)

@@ -5,6 +5,8 @@
  *   space                play / pause every replay view on the page.
  *   ?                    this help, over the page (Esc closes it).
  *
+ * It also writes the page's shareable state (its ``query`` argument) into the address bar.
+ *
  * The component is same-origin with the page (Streamlit serves it), so it listens on the page's
  * document and acts on the page's own buttons; the views forward the keys pressed inside them.
  */
@@ -83,15 +85,20 @@
   }
 
   top.__fluxoKeys = onKey;  // the latest page's handler (the views forward their keys here)
-  top.__fluxoHelp = overlay;
-  if (!top.__fluxoKeysInstalled) {
-    top.__fluxoKeysInstalled = true;
-    doc.addEventListener("keydown", ev => top.__fluxoKeys && top.__fluxoKeys(ev));
-  }
+  // One listener on the page, this frame's: a listener of a frame Streamlit has since removed
+  // never fires again, so each keys frame replaces the previous frame's listener with its own.
+  const mine = ev => onKey(ev);
+  if (top.__fluxoKeysListener) doc.removeEventListener("keydown", top.__fluxoKeysListener);
+  top.__fluxoKeysListener = mine;
+  doc.addEventListener("keydown", mine);
   window.addEventListener("message", ev => {
     if (ev.data && ev.data.type === "streamlit:render") {
       args = ev.data.args || args;
       top.__fluxoKeysReady = true;
+      const q = args.query ? "?" + args.query : "";
+      if (top.location.search !== q) top.history.replaceState(top.history.state, "", top.location.pathname + q);
+      top.__fluxoKeysUrl = location.href;  // which page's keys (its streamlitUrl): for the tests
+      top.__fluxoKeys = onKey;
     }
   });
   window.parent.postMessage({isStreamlitMessage: true, type: "streamlit:componentReady", apiVersion: 1}, "*");
