@@ -1,15 +1,18 @@
-"""Kernel timings: the quantized CPU matmuls of ``kernels/cpu_quant.py`` against oneDNN's packed
-fp32 and torch's own int4/int8 packed CPU matmuls, on SmolLM2's projection shapes.
+# ruff: noqa: B023  (each lambda is timed inside the loop iteration that made it)
+"""Kernel timings: the quantized CPU matmuls of ``kernels/cpu_quant.py`` (fp32 activations, and
+the int8-activation ones the decode step uses) against oneDNN's packed fp32 and torch's own
+int4/int8 packed CPU matmuls, on SmolLM2's projection shapes.
 
 ``python -m engine.lab.kernel_bench`` -- a measurement run by hand, not a test.
 """
+
 from __future__ import annotations
 
 import torch
 
 from engine.core.packed import packed
 from engine.core.quant import quantize
-from kernels.cpu_quant import matmul
+from kernels.cpu_quant import matmul, qmatmul
 
 
 def main(reps: int = 40) -> None:  # pragma: no cover - a measurement, run by hand
@@ -17,9 +20,15 @@ def main(reps: int = 40) -> None:  # pragma: no cover - a measurement, run by ha
     CPU matmuls, and Fluxo's kernels (``python -m engine.lab.kernel_bench``)."""
     import time
 
-    shapes = {"q 576x576": (576, 576), "k/v 192x576": (192, 576), "gate/up 1536x576": (1536, 576),
-              "down 576x1536": (576, 1536), "qkv 960x576": (960, 576), "gate+up 3072x576": (3072, 576),
-              "lm head 49152x576": (49152, 576)}
+    shapes = {
+        "q 576x576": (576, 576),
+        "k/v 192x576": (192, 576),
+        "gate/up 1536x576": (1536, 576),
+        "down 576x1536": (576, 1536),
+        "qkv 960x576": (960, 576),
+        "gate+up 3072x576": (3072, 576),
+        "lm head 49152x576": (49152, 576),
+    }
 
     def timed(fn, x) -> float:
         fn(x)
@@ -31,8 +40,21 @@ def main(reps: int = 40) -> None:  # pragma: no cover - a measurement, run by ha
         # min: the machine is shared; a preempted OpenMP thread adds whole scheduler slices
         return 1000 * min(ts)
 
-    print(f"{'shape':<20}{'rows':>5}" + "".join(f"{c:>12}" for c in
-          ("fp32 onednn", "int8pack", "int4pack", "q8_0 ours", "q4_1 ours")))
+    print(
+        f"{'shape':<20}{'rows':>5}"
+        + "".join(
+            f"{c:>12}"
+            for c in (
+                "fp32 onednn",
+                "int8pack",
+                "int4pack",
+                "q8_0 ours",
+                "q4_1 ours",
+                "q8_0 int8",
+                "q4_1 int8",
+            )
+        )
+    )
     for label, (n, k) in shapes.items():
         w = torch.randn(n, k) * 0.05
         lin = torch.nn.Linear(k, n, bias=False)
@@ -53,11 +75,16 @@ def main(reps: int = 40) -> None:  # pragma: no cover - a measurement, run by ha
             int4 = None
         for m in (1, 8, 32):
             x = torch.randn(m, k)
-            cells = [timed(dense, x), timed(lambda x: torch.ops.aten._weight_int8pack_mm(x, i8, s8), x),
-                     timed(int4, x) if int4 else float("nan"),
-                     timed(lambda x: matmul(x, b8, "q8_0"), x), timed(lambda x: matmul(x, b4, "q4_1"), x)]
+            cells = [
+                timed(dense, x),
+                timed(lambda x: torch.ops.aten._weight_int8pack_mm(x, i8, s8), x),
+                timed(int4, x) if int4 else float("nan"),
+                timed(lambda x: matmul(x, b8, "q8_0"), x),
+                timed(lambda x: matmul(x, b4, "q4_1"), x),
+                timed(lambda x: qmatmul(x, b8, "q8_0"), x),
+                timed(lambda x: qmatmul(x, b4, "q4_1"), x),
+            ]
             print(f"{label:<20}{m:>5}" + "".join(f"{c:>12.3f}" for c in cells), flush=True)
-
 
 
 if __name__ == "__main__":
