@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from engine.core.telemetry import Record
 
@@ -141,17 +142,24 @@ class Metrics:
             c.generation_tokens += len(times)
             if rec["first_token"] is not None:
                 c.ttft.observe(rec["first_token"] - rec["arrival"])
-            for a, b in zip(times, times[1:]):
+            for a, b in zip(times, times[1:], strict=False):
                 c.itl.observe(b - a)
             if rec["status"] == "finished":
                 c.e2e.observe(rec["finished"] - rec["arrival"])
 
     # -- the page -------------------------------------------------------------------------------
     def render(self) -> str:
-        eng = self.engine
-        cfg = eng.config
-        running = [s for s in list(eng.scheduler.running) if not s.dead]
-        blocks = eng.blocks
+        """The page: vLLM's metric names, then Fluxo's (and the server's extra gauges)."""
+        snap, hists = self._snapshot()
+        w = _Writer({"model_name": self.model_name})
+        self._vllm(w, snap, hists)
+        self._fluxo(w, snap)
+        for name, (kind, help_, value) in (self.extra() if self.extra else {}).items():
+            w.metric(name, kind, help_, [({}, value)])
+        return w.text()
+
+    def _snapshot(self) -> tuple[tuple, dict[str, tuple]]:
+        """The counters and histograms, copied whole under the listener's lock."""
         with self._lock:
             c = self.c
             snap = (
@@ -173,13 +181,16 @@ class Metrics:
                     ("step", c.step_size),
                 )
             }
-        prompt, gen, preempt, dead, steps, step_tokens, ended = snap
-        w = _Writer({"model_name": self.model_name})
+        return snap, hists
+
+    def _vllm(self, w: _Writer, snap: tuple, hists: dict[str, tuple]) -> None:
+        eng = self.engine
+        prompt, gen, preempt = snap[:3]
         w.metric(
             "vllm:num_requests_running",
             "gauge",
             "Requests in a batch slot now (live, not dead).",
-            [({}, len(running))],
+            [({}, eng.running_count(include_dead=False))],
         )
         w.metric(
             "vllm:num_requests_waiting",
@@ -187,7 +198,8 @@ class Metrics:
             "Requests submitted and not admitted yet.",
             [({}, eng.queue_len())],
         )
-        usage = blocks.num_used / blocks.budget if blocks.budget else 0.0
+        kv = eng.kv_usage()
+        usage = kv["blocks_used"] / kv["blocks_total"] if kv["blocks_total"] else 0.0
         w.metric(
             "vllm:kv_cache_usage_perc",
             "gauge",
@@ -235,6 +247,10 @@ class Metrics:
             "Token rows per engine step (dead slots included).",
             hists["step"],
         )
+
+    def _fluxo(self, w: _Writer, snap: tuple) -> None:
+        eng, cfg, kv = self.engine, self.engine.config, self.engine.kv_usage()
+        dead, steps, step_tokens, ended = snap[3:]
         w.metric(
             "fluxo:dead_slot_steps_total",
             "counter",
@@ -262,18 +278,15 @@ class Metrics:
         )
         w.metric("fluxo:max_slots", "gauge", "Batch slots.", [({}, cfg.max_slots)])
         w.metric(
-            "fluxo:kv_blocks_total", "gauge", "The KV budget in blocks.", [({}, blocks.budget)]
+            "fluxo:kv_blocks_total", "gauge", "The KV budget in blocks.", [({}, kv["blocks_total"])]
         )
-        w.metric("fluxo:kv_blocks_used", "gauge", "KV blocks in use.", [({}, blocks.num_used)])
+        w.metric("fluxo:kv_blocks_used", "gauge", "KV blocks in use.", [({}, kv["blocks_used"])])
         w.metric(
             "fluxo:engine_paused",
             "gauge",
             "1 while the presenter has paused the engine.",
             [({}, int(eng.paused))],
         )
-        for name, (kind, help_, value) in (self.extra() if self.extra else {}).items():
-            w.metric(name, kind, help_, [({}, value)])
-        return w.text()
 
 
 class _Writer:
@@ -298,7 +311,7 @@ class _Writer:
         self.lines.append(f"# HELP {name} {help_}")
         self.lines.append(f"# TYPE {name} histogram")
         acc = 0
-        for bound, k in zip(list(bounds) + [math.inf], counts):
+        for bound, k in zip(list(bounds) + [math.inf], counts, strict=False):
             acc += k
             le = "+Inf" if bound == math.inf else _num(float(bound))
             self.lines.append(f"{name}_bucket{self._labels({'le': le})} {acc}")

@@ -4,6 +4,7 @@ Every way a message can be wrong maps to a :class:`FluxoError` with a stable cod
 anything reaches the engine; the server turns it into an ``error`` message and keeps the
 connection open.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.errors import FluxoError
+from engine.core.numbers import is_finite, is_int
 
 VIEWER_TYPES = frozenset({"chat", "cancel", "subscribe", "unsubscribe", "auth", "export"})
 PRESENTER_TYPES = frozenset({"control", "pause", "resume", "step", "traffic", "reset", "compare"})
@@ -85,7 +87,9 @@ def parse(raw: str | bytes, max_bytes: int) -> dict[str, Any]:
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise BadUtf8(f"the message is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            raise BadUtf8(
+                f"the message is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+            ) from None
     try:
         msg = json.loads(raw)
     except (ValueError, RecursionError) as exc:
@@ -95,27 +99,26 @@ def parse(raw: str | bytes, max_bytes: int) -> dict[str, Any]:
     kind = msg.get("type")
     if not isinstance(kind, str) or kind not in VIEWER_TYPES | PRESENTER_TYPES:
         shown = repr(kind)[:60]
-        raise UnknownType(f"unknown message type {shown}; known: {', '.join(sorted(VIEWER_TYPES | PRESENTER_TYPES))}")
+        raise UnknownType(
+            f"unknown message type {shown}; known: "
+            f"{', '.join(sorted(VIEWER_TYPES | PRESENTER_TYPES))}"
+        )
     return msg
 
 
 # -- field readers ---------------------------------------------------------------------------------
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def get_int(msg: dict, name: str, default: int | None, lo: int, hi: int) -> int | None:
     v = msg.get(name, default)
     if v is None and default is None:
         return None
-    if not _is_int(v) or not lo <= v <= hi:
+    if not is_int(v) or not lo <= v <= hi:
         raise BadField(f"{name} must be an integer in [{lo}, {hi}], got {_show(v)}")
     return v
 
 
 def get_float(msg: dict, name: str, default: float, lo: float, hi: float) -> float:
     v = msg.get(name, default)
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not lo <= v <= hi:
+    if not is_finite(v) or not lo <= v <= hi:
         raise BadField(f"{name} must be a number in [{lo}, {hi}], got {_show(v)}")
     return float(v)
 
@@ -151,29 +154,50 @@ def chat_args(msg: dict, max_tokens: int) -> ChatArgs:
     messages = msg.get("messages")
     prompt = msg.get("prompt")
     if (messages is None) == (prompt is None):
-        raise BadField("a chat needs exactly one of messages (a list of {role, content}) or prompt (a string)")
+        raise BadField(
+            "a chat needs exactly one of messages (a list of {role, content}) or prompt (a string)"
+        )
     if messages is not None:
         if not isinstance(messages, list) or not 0 < len(messages) <= MAX_MESSAGES:
-            raise BadField(f"messages must be a list of 1 to {MAX_MESSAGES} {{role, content}} objects")
+            raise BadField(
+                f"messages must be a list of 1 to {MAX_MESSAGES} {{role, content}} objects"
+            )
         for m in messages:
-            if not (isinstance(m, dict) and m.get("role") in ("system", "user", "assistant") and isinstance(m.get("content"), str)):
-                raise BadField("each message must be {role: system|user|assistant, content: string}")
+            if not (
+                isinstance(m, dict)
+                and m.get("role") in ("system", "user", "assistant")
+                and isinstance(m.get("content"), str)
+            ):
+                raise BadField(
+                    "each message must be {role: system|user|assistant, content: string}"
+                )
         messages = [{"role": m["role"], "content": m["content"]} for m in messages]
     elif not isinstance(prompt, str):
         raise BadField(f"prompt must be a string, got {_show(prompt)}")
     mt = msg.get("max_tokens", 128)
-    if not _is_int(mt) or not 1 <= mt <= max_tokens:
+    if not is_int(mt) or not 1 <= mt <= max_tokens:
         # Same code as the engine's own check, so a client sees one code for one mistake.
         from engine.core.errors import InvalidMaxTokens
-        raise InvalidMaxTokens(f"max_tokens must be an integer in [1, {max_tokens}], got {_show(mt)}")
+
+        raise InvalidMaxTokens(
+            f"max_tokens must be an integer in [1, {max_tokens}], got {_show(mt)}"
+        )
     seed = msg.get("seed")
-    if seed is not None and (not _is_int(seed) or not 0 <= seed < 2**63):
+    if seed is not None and (not is_int(seed) or not 0 <= seed < 2**63):
         raise BadField(f"seed must be a non-negative integer or null, got {_show(seed)}")
     ignore_eos = msg.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise BadField(f"ignore_eos must be true or false, got {_show(ignore_eos)}")
-    return ChatArgs(messages, prompt, mt, get_float(msg, "temperature", 0.0, 0.0, 10.0),
-                    get_float(msg, "top_p", 1.0, 1e-6, 1.0), seed, get_str(msg, "ref", None, MAX_REF), ignore_eos)
+    return ChatArgs(
+        messages,
+        prompt,
+        mt,
+        get_float(msg, "temperature", 0.0, 0.0, 10.0),
+        get_float(msg, "top_p", 1.0, 1e-6, 1.0),
+        seed,
+        get_str(msg, "ref", None, MAX_REF),
+        ignore_eos,
+    )
 
 
 def dumps(msg: dict[str, Any]) -> str:

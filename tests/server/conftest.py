@@ -1,35 +1,29 @@
-"""Fixtures for the server tests: a real server on a loopback port (its own thread and event loop,
-SmolLM2 weights shared with the other tests)."""
+"""Fixtures for the server tests: a real server on a loopback port (its own thread and event loop),
+on the tiny float64 model or on SmolLM2, weights shared with the other tests (each loaded only
+when a test asks for it)."""
+
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from server_client import start_server
 
-from engine.core.config import EngineConfig
-from engine.core.engine import Engine
-from engine.lab import scenario
-from engine.server.server import Comparison, Limits, Server
+from engine.server.server import Server
 
 
 @pytest.fixture
-def serve(smollm2):
-    """``serve(**config)`` starts a fresh server (fresh engine, shared weights); stopped after the test."""
+def serve(request):
+    """``serve(model="smollm2"|"tiny", limits=, token=, host=, http_port=, **config)`` starts a
+    fresh server; every one is stopped after the test."""
     stops = []
 
-    def start(limits: Limits | None = None, token: str | None = None, host: str = "127.0.0.1", **config: Any) -> Server:
-        model, tok = smollm2
-        cfg = dict(max_slots=8, kv_blocks=256)
-        cfg.update(config)
-        engine = Engine(EngineConfig(**cfg), model=model, tokenizer=tok, max_telemetry_steps=5000)
-        server = Server(engine, host, 0, token, limits,
-                        comparison=Comparison(scenario.compare, tuple(scenario.WORKLOADS)))
-        _, stop = server.run_in_thread()
+    def start(model: str = "smollm2", **kwargs: Any) -> Server:
+        weights = request.getfixturevalue("tiny" if model == "tiny" else "smollm2")
+        server, stop = start_server(weights, model, **kwargs)
         stops.append(stop)
         return server
 
     yield start
     for stop in stops:
         stop()
-
-

@@ -1,5 +1,6 @@
 """A whole class on one server: every connection chats under its own limits, a waiting request is
 told its place in the queue, and a comparison holds the live engine and its traffic."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,19 +11,23 @@ from engine.server.server import Limits
 
 
 def test_ten_clients_chat_at_once_and_waiting_requests_learn_their_place(serve):
-    server = serve(max_slots=2, limits=Limits(queue_report_s=0.1))
+    server = serve("tiny", max_slots=2, limits=Limits(queue_report_s=0.1))  # positions, not text
 
     async def main():
         clients = [await open_client(url(server)) for _ in range(10)]
         await clients[0].send({"type": "pause"})
         await clients[0].until(lambda m: m["type"] == "state" and m["paused"])
         for i, c in enumerate(clients):
-            await c.send({"type": "chat", "prompt": f"Count to {i + 3}.", "max_tokens": 6, "ref": f"q{i}"})
+            await c.send(
+                {"type": "chat", "prompt": f"Count to {i + 3}.", "max_tokens": 6, "ref": f"q{i}"}
+            )
         accepted = [await c.until(lambda m: m["type"] in ("accepted", "error")) for c in clients]
         assert [a["type"] for a in accepted] == ["accepted"] * 10, accepted  # nobody refused
         assert sorted(a["queue_position"] for a in accepted) == list(range(1, 11))
         await clients[0].send({"type": "resume"})
-        ends = await asyncio.gather(*(c.until(lambda m: m["type"] in ("done", "error")) for c in clients))
+        ends = await asyncio.gather(
+            *(c.until(lambda m: m["type"] in ("done", "error")) for c in clients)
+        )
         assert [e["type"] for e in ends] == ["done"] * 10
         return clients, accepted
 
@@ -33,7 +38,11 @@ def test_ten_clients_chat_at_once_and_waiting_requests_learn_their_place(serve):
     waiting = [p for p in seen if p > 0]
     assert waiting == sorted(waiting, reverse=True) and waiting[0] < 10  # it moved up the queue
     for c in clients:
-        assert not [m for m in c.seen if m["type"] == "queued" and m["ref"] not in {f"q{i}" for i in range(10)}]
+        assert not [
+            m
+            for m in c.seen
+            if m["type"] == "queued" and m["ref"] not in {f"q{i}" for i in range(10)}
+        ]
 
 
 def test_a_comparison_holds_live_stepping_and_traffic(serve):
@@ -41,14 +50,32 @@ def test_a_comparison_holds_live_stepping_and_traffic(serve):
 
     async def main():
         presenter = await open_client(url(server))
-        await presenter.send({"type": "traffic", "action": "start", "rate": 8, "prompts": "chat", "lengths": "uniform",
-                              "median": 8, "max_tokens": 8})
+        await presenter.send(
+            {
+                "type": "traffic",
+                "action": "start",
+                "rate": 8,
+                "prompts": "chat",
+                "lengths": "uniform",
+                "median": 8,
+                "max_tokens": 8,
+            }
+        )
         await presenter.until(lambda m: m["type"] == "state" and m["traffic"])
         await asyncio.sleep(1.0)
-        await presenter.send({"type": "compare", "workload": "uniform", "a": {"policy": "static"},
-                              "b": {"policy": "continuous"}, "scale": 0.1, "ref": "cmp"})
+        await presenter.send(
+            {
+                "type": "compare",
+                "workload": "uniform",
+                "a": {"policy": "static"},
+                "b": {"policy": "continuous"},
+                "scale": 0.1,
+                "ref": "cmp",
+            }
+        )
         await presenter.until(lambda m: m["type"] == "state" and m["comparing"])
-        await asyncio.sleep(0.3)  # the live step in progress has ended: from here nothing live steps
+        # the live step in progress has ended: from here nothing live steps
+        await asyncio.sleep(0.3)
         held_step, held_sent = server.engine.step_count, server.traffic_stats["sent"]
         await presenter.send({"type": "resume", "ref": "r"})
         refused = await presenter.until(lambda m: m.get("ref") == "r")

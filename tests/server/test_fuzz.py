@@ -1,5 +1,6 @@
 """Hostile input: thousands of malformed messages, each answered by an ``error`` with a code; the
 connection stays open and the server then serves a normal chat exactly as before."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,17 +10,58 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_client import direct_greedy, open_client, url, wait_idle
 
-KNOWN = {"chat", "cancel", "subscribe", "unsubscribe", "auth", "export", "control", "pause", "resume", "step",
-         "traffic", "reset", "compare"}
-EXPECTED_CODES = {"bad_json", "bad_utf8", "unknown_type", "bad_field", "message_too_large", "forbidden", "bad_token",
-                  "empty_prompt", "prompt_too_long", "invalid_max_tokens", "invalid_sampling", "unknown_mode",
-                  "invalid_config", "unknown_request"}
+KNOWN = {
+    "chat",
+    "cancel",
+    "subscribe",
+    "unsubscribe",
+    "auth",
+    "export",
+    "control",
+    "pause",
+    "resume",
+    "step",
+    "traffic",
+    "reset",
+    "compare",
+}
+EXPECTED_CODES = {
+    "bad_json",
+    "bad_utf8",
+    "unknown_type",
+    "bad_field",
+    "message_too_large",
+    "forbidden",
+    "bad_token",
+    "empty_prompt",
+    "prompt_too_long",
+    "invalid_max_tokens",
+    "invalid_sampling",
+    "unknown_mode",
+    "invalid_config",
+    "unknown_request",
+}
 LIMIT = 4096  # the fuzzed server's max_message_bytes, small so "huge" is cheap
 
-json_scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=20)
-json_values = st.recursive(json_scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
-                           max_leaves=12)
-not_int = st.none() | st.booleans() | st.floats() | st.text(max_size=10) | st.lists(st.integers(), max_size=3)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=12,
+)
+not_int = (
+    st.none()
+    | st.booleans()
+    | st.floats()
+    | st.text(max_size=10)
+    | st.lists(st.integers(), max_size=3)
+)
 bad_int = not_int | st.integers(max_value=0) | st.integers(min_value=10**6, max_value=2**80)
 
 
@@ -33,37 +75,83 @@ hostile = st.one_of(
     # JSON, but not an object
     (json_scalars | st.lists(json_values, max_size=3)).map(json.dumps),
     # objects without a known type
-    st.dictionaries(st.text(max_size=8).filter(lambda k: k != "type"), json_values, max_size=4).map(json.dumps),
-    st.fixed_dictionaries({"type": (json_values.filter(lambda v: not isinstance(v, str) or v not in KNOWN))}).map(json.dumps),
+    st.dictionaries(st.text(max_size=8).filter(lambda k: k != "type"), json_values, max_size=4).map(
+        json.dumps
+    ),
+    st.fixed_dictionaries(
+        {"type": (json_values.filter(lambda v: not isinstance(v, str) or v not in KNOWN))}
+    ).map(json.dumps),
     # chats with one thing wrong
     obj("chat"),
     obj("chat", prompt=st.just("hi"), messages=st.just([{"role": "user", "content": "hi"}])),
     obj("chat", prompt=not_int.filter(lambda v: not isinstance(v, str))),
     obj("chat", prompt=st.text(max_size=5).filter(lambda s: not s.strip())),
     obj("chat", messages=json_values.filter(lambda v: not (isinstance(v, list) and v))),
-    obj("chat", messages=st.lists(st.fixed_dictionaries({"role": st.text(max_size=5).filter(lambda r: r not in ("system", "user", "assistant")),
-                                                         "content": st.text(max_size=5)}), min_size=1, max_size=3)),
+    obj(
+        "chat",
+        messages=st.lists(
+            st.fixed_dictionaries(
+                {
+                    "role": st.text(max_size=5).filter(
+                        lambda r: r not in ("system", "user", "assistant")
+                    ),
+                    "content": st.text(max_size=5),
+                }
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+    ),
     obj("chat", prompt=st.just("hello"), max_tokens=bad_int),
-    obj("chat", prompt=st.just("hello"), temperature=st.floats(min_value=10.001) | st.floats(max_value=-0.001) | st.text(max_size=3)),
-    obj("chat", prompt=st.just("hello"), top_p=st.floats(min_value=1.001) | st.just(0) | st.floats(max_value=-0.001)),
-    obj("chat", prompt=st.just("hello"), seed=st.integers(max_value=-1) | st.floats() | st.text(max_size=3)),
+    obj(
+        "chat",
+        prompt=st.just("hello"),
+        temperature=st.floats(min_value=10.001) | st.floats(max_value=-0.001) | st.text(max_size=3),
+    ),
+    obj(
+        "chat",
+        prompt=st.just("hello"),
+        top_p=st.floats(min_value=1.001) | st.just(0) | st.floats(max_value=-0.001),
+    ),
+    obj(
+        "chat",
+        prompt=st.just("hello"),
+        seed=st.integers(max_value=-1) | st.floats() | st.text(max_size=3),
+    ),
     obj("chat", prompt=st.just("word " * 700)),  # under the byte limit, over the context
     # other messages with bad fields
     obj("cancel", request=bad_int | st.integers(10**7, 10**9)),
     obj("subscribe", history=st.integers(max_value=-1) | st.text(max_size=3) | st.floats()),
     obj("export", format=st.text(max_size=6).filter(lambda f: f not in ("jsonl", "chrome"))),
-    obj("control", policy=st.text(max_size=8).filter(lambda p: p not in ("static", "continuous", "chunked"))),
+    obj(
+        "control",
+        policy=st.text(max_size=8).filter(lambda p: p not in ("static", "continuous", "chunked")),
+    ),
     obj("control", runner=json_values.filter(lambda p: p not in ("sync", "async"))),
     obj("control", max_slots=bad_int.filter(lambda v: not (isinstance(v, int) and 1 <= v <= 256))),
     obj("control", kv_blocks=st.integers(max_value=0) | st.text(max_size=3)),
-    obj("control", fill_timeout_s=st.floats(max_value=-0.1) | st.floats(min_value=3601) | st.text(max_size=3)),
+    obj(
+        "control",
+        fill_timeout_s=st.floats(max_value=-0.1) | st.floats(min_value=3601) | st.text(max_size=3),
+    ),
     obj("control", **{st_key: st.integers() for st_key in ("dtype", "model", "block_size")}),
     obj("traffic", action=json_values.filter(lambda a: a not in ("start", "stop"))),
-    obj("traffic", action=st.just("start"), rate=st.floats(max_value=0) | st.floats(min_value=50.5) | st.text(max_size=3)),
+    obj(
+        "traffic",
+        action=st.just("start"),
+        rate=st.floats(max_value=0) | st.floats(min_value=50.5) | st.text(max_size=3),
+    ),
     obj("auth", token=not_int.filter(lambda v: not isinstance(v, str))),
-    obj("compare", workload=st.text(max_size=6).filter(lambda w: w not in ("batching", "stall", "uniform", "memory", "overlap"))),
+    obj(
+        "compare",
+        workload=st.text(max_size=6).filter(
+            lambda w: w not in ("batching", "stall", "uniform", "memory", "overlap")
+        ),
+    ),
     # too big; non-UTF-8 bytes in a binary frame
-    st.integers(LIMIT + 1, 3 * LIMIT).map(lambda n: json.dumps({"type": "chat", "prompt": "x" * n})),
+    st.integers(LIMIT + 1, 3 * LIMIT).map(
+        lambda n: json.dumps({"type": "chat", "prompt": "x" * n})
+    ),
     st.binary(min_size=1, max_size=40).filter(lambda b: not _is_utf8(b)),
 )
 
@@ -88,7 +176,9 @@ def test_hostile_messages_get_coded_errors_and_the_server_keeps_serving(serve, s
     from engine.server.server import Limits
 
     # A short context, so a prompt under the byte limit can still be over it.
-    server = serve(limits=Limits(max_message_bytes=LIMIT, max_requests_per_s=1e6), max_model_len=512)
+    server = serve(
+        limits=Limits(max_message_bytes=LIMIT, max_requests_per_s=1e6), max_model_len=512
+    )
     counts: dict[str, int] = {}
 
     async def volley(frames: list[str | bytes]) -> None:
@@ -96,7 +186,10 @@ def test_hostile_messages_get_coded_errors_and_the_server_keeps_serving(serve, s
         for frame in frames:
             await c.send(frame)
         for frame in frames:  # one answer per frame, in order
-            msg = await c.until(lambda m: m["type"] in ("error", "accepted", "state", "ok", "export", "history"), timeout=60)
+            msg = await c.until(
+                lambda m: m["type"] in ("error", "accepted", "state", "ok", "export", "history"),
+                timeout=60,
+            )
             assert msg["type"] == "error", (frame[:200], msg)
             assert msg["code"] in EXPECTED_CODES and msg["message"], msg
             counts[msg["code"]] = counts.get(msg["code"], 0) + 1
@@ -109,10 +202,12 @@ def test_hostile_messages_get_coded_errors_and_the_server_keeps_serving(serve, s
 
     fuzz()
     assert sum(counts.values()) >= 1500, counts
-    assert {"bad_json", "unknown_type", "bad_field", "message_too_large", "bad_utf8"} <= set(counts), counts
+    assert {"bad_json", "unknown_type", "bad_field", "message_too_large", "bad_utf8"} <= set(
+        counts
+    ), counts
 
     # Unharmed: a normal chat streams exactly the engine's greedy answer.
-    (ids, text), = direct_greedy(smollm2, ["What is the capital of France?"], 12)
+    ((ids, text),) = direct_greedy(smollm2, ["What is the capital of France?"], 12)
 
     async def normal():
         c = await open_client(url(server))
@@ -125,7 +220,7 @@ def test_hostile_messages_get_coded_errors_and_the_server_keeps_serving(serve, s
 
 
 def test_viewer_is_refused_control_without_the_token(serve):
-    server = serve(token="tok")
+    server = serve("tiny", token="tok")  # roles only: no forward runs
 
     async def main():
         c = await open_client(url(server))
@@ -140,7 +235,7 @@ def test_viewer_is_refused_control_without_the_token(serve):
 def test_an_abusive_client_is_disconnected_and_others_are_not(serve):
     from engine.server.server import Limits
 
-    server = serve(limits=Limits(abuse_errors=50))
+    server = serve("tiny", limits=Limits(abuse_errors=50))
 
     async def main():
         bad, good = await open_client(url(server)), await open_client(url(server))

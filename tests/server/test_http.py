@@ -13,7 +13,6 @@ import urllib.error
 import urllib.request
 
 import openai
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_client import open_client, url, wait_idle
 
@@ -21,28 +20,6 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.server.http_api import HttpApi, StopCutter
 from engine.server.server import Limits, Server
-
-
-@pytest.fixture
-def http_serve(tiny, smollm2):
-    """``http_serve(model="tiny"|"smollm2", limits=..., **config)``: a fresh server with HTTP."""
-    stops = []
-
-    def start(model: str = "tiny", limits: Limits | None = None, **config) -> Server:
-        m, tok = tiny if model == "tiny" else smollm2
-        cfg = dict(max_slots=8, kv_blocks=256)
-        if model == "tiny":
-            cfg.update(model="tiny", dtype="float64", block_size=4)
-        cfg.update(config)
-        engine = Engine(EngineConfig(**cfg), model=m, tokenizer=tok, max_telemetry_steps=5000)
-        server = Server(engine, "127.0.0.1", 0, None, limits, model_name=model, http_port=0)
-        _, stop = server.run_in_thread()
-        stops.append(stop)
-        return server
-
-    yield start
-    for stop in stops:
-        stop()
 
 
 def client(server: Server) -> openai.OpenAI:
@@ -77,8 +54,8 @@ def http_records(server: Server) -> list[dict]:
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-def test_openai_client_streamed_and_whole_answers_equal_the_websocket_greedy_answer(http_serve):
-    server = http_serve("smollm2")
+def test_openai_client_streamed_and_whole_answers_equal_the_websocket_greedy_answer(serve):
+    server = serve("smollm2", http_port=0)
 
     async def ws_chat():
         c = await open_client(url(server))
@@ -130,8 +107,8 @@ def curl(*args: str) -> subprocess.CompletedProcess:
     return out
 
 
-def test_raw_event_stream_as_curl_sees_it(http_serve):
-    server = http_serve()
+def test_raw_event_stream_as_curl_sees_it(serve):
+    server = serve("tiny", http_port=0)
     body = {
         "model": "tiny",
         "messages": CHAT,
@@ -196,8 +173,10 @@ def test_raw_event_stream_as_curl_sees_it(http_serve):
         )
 
 
-def test_32_concurrent_streaming_clients_finish_exactly_once_and_kv_is_free(http_serve):
-    server = http_serve(
+def test_32_concurrent_streaming_clients_finish_exactly_once_and_kv_is_free(serve):
+    server = serve(
+        "tiny",
+        http_port=0,
         max_slots=16,
         kv_blocks=512,
         limits=Limits(max_open_requests=64, max_requests_per_s=1000, queue_limit=256),
@@ -245,9 +224,8 @@ def test_32_concurrent_streaming_clients_finish_exactly_once_and_kv_is_free(http
         r["status"] == "finished" and r["output_tokens"] == 10 for r in records
     )
     steps = server.engine.telemetry.snapshot()[0]
-    assert (
-        max(sum(s["request"] is not None for s in st["slots"]) for st in steps) > 8
-    )  # really concurrent
+    # really concurrent
+    assert max(sum(s["request"] is not None for s in st["slots"]) for st in steps) > 8
     print(f"\n32 streams of 10 tokens in {elapsed:.2f} s")
 
 
@@ -262,8 +240,8 @@ def raw_request(port: int, body: dict, path: str = "/v1/chat/completions") -> so
     return sock
 
 
-def test_a_closed_connection_cancels_its_request_and_frees_kv(http_serve):
-    server = http_serve(kv_blocks=512)
+def test_a_closed_connection_cancels_its_request_and_frees_kv(serve):
+    server = serve("tiny", http_port=0, kv_blocks=512)
     port = int(server.http_url.rsplit(":", 1)[1])
     body = {"messages": CHAT, "max_tokens": 400, "temperature": 0, "ignore_eos": True}
     sock = raw_request(port, {**body, "stream": True})
@@ -288,8 +266,8 @@ def test_a_closed_connection_cancels_its_request_and_frees_kv(http_serve):
     assert all(0 < r["output_tokens"] < 400 for r in records)
 
 
-def test_stop_strings_cut_the_text_before_them(http_serve):
-    server = http_serve()
+def test_stop_strings_cut_the_text_before_them(serve):
+    server = serve("tiny", http_port=0)
     base = {"prompt": "hello", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
     status, full = post(server, "/v1/completions", base)
     text = full["choices"][0]["text"]
@@ -344,8 +322,8 @@ def value(fams: dict, family: str, sample: str | None = None, **labels) -> float
     return fams[family][(sample or family, want)]
 
 
-def test_metrics_parse_count_and_stay_monotonic_across_a_reset(http_serve):
-    server = http_serve(policy="static", max_slots=2, fill_timeout_s=5.0)
+def test_metrics_parse_count_and_stay_monotonic_across_a_reset(serve):
+    server = serve("tiny", http_port=0, policy="static", max_slots=2, fill_timeout_s=5.0)
     ws_port, http_port = server.port, int(server.http_url.rsplit(":", 1)[1])
 
     async def two():  # one static batch: the short answer's slot is dead until the long one ends
@@ -418,8 +396,8 @@ def test_metrics_parse_count_and_stay_monotonic_across_a_reset(http_serve):
     assert value(after, "fluxo:policy_info", policy="static", runner="sync", kv_layout="paged") == 1
 
 
-def test_health_ok_while_serving_and_503_before_the_server_is_up(http_serve, tiny):
-    server = http_serve()
+def test_health_ok_while_serving_and_503_before_the_server_is_up(serve, tiny):
+    server = serve("tiny", http_port=0)
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=10) as r:
         assert r.status == 200 and json.loads(r.read())["status"] == "ok"
     model, tok = tiny

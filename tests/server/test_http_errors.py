@@ -9,41 +9,23 @@ import socket
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from server_client import start_server
 
 from engine.core import errors
-from engine.server import protocol
-from engine.core.config import EngineConfig
-from engine.core.engine import Engine
 from engine.core.errors import FluxoError
+from engine.server import protocol
 from engine.server.http_api import STATUS
 from engine.server.server import Limits, Server
 
+SMALL = {"max_slots": 4, "kv_blocks": 64, "max_new_tokens_limit": 64}  # the tiny servers here
+
 
 @pytest.fixture
-def tiny_server(tiny):
-    stops = []
-
-    def start(limits: Limits | None = None, **config) -> Server:
-        model, tok = tiny
-        cfg = dict(
-            model="tiny",
-            dtype="float64",
-            max_slots=4,
-            kv_blocks=64,
-            block_size=4,
-            max_new_tokens_limit=64,
-        )
-        cfg.update(config)
-        engine = Engine(EngineConfig(**cfg), model=model, tokenizer=tok)
-        server = Server(engine, "127.0.0.1", 0, None, limits, model_name="tiny", http_port=0)
-        _, stop = server.run_in_thread()
-        stops.append(stop)
-        return server
-
-    yield start
-    for stop in stops:
-        stop()
+def tiny_server(serve):
+    """``tiny_server(limits=, **config)``: ``serve`` on the tiny model, small, with HTTP."""
+    return lambda **kw: serve("tiny", http_port=0, **{**SMALL, **kw})
 
 
 class Http:
@@ -356,32 +338,9 @@ def test_fuzzed_bodies_get_a_status_and_an_openai_shape(tiny_server_once, body, 
 
 @pytest.fixture(scope="module")
 def tiny_server_once(tiny):
-    model, tok = tiny
-    engine = Engine(
-        EngineConfig(
-            model="tiny",
-            dtype="float64",
-            max_slots=4,
-            kv_blocks=64,
-            block_size=4,
-            max_new_tokens_limit=64,
-        ),
-        model=model,
-        tokenizer=tok,
-    )
-    server = Server(
-        engine,
-        "127.0.0.1",
-        0,
-        None,
-        Limits(max_requests_per_s=1000),
-        model_name="tiny",
-        http_port=0,
-    )
-    _, stop = server.run_in_thread()
+    server, stop = start_server(tiny, "tiny", Limits(max_requests_per_s=1000), http_port=0, **SMALL)
     yield server
-    status, body = Http(server).json(
-        "POST", "/v1/chat/completions", OK
-    )  # still serving after the fuzz
+    # still serving after the fuzz
+    status, body = Http(server).json("POST", "/v1/chat/completions", OK)
     assert status == 200, body
     stop()

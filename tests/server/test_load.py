@@ -1,5 +1,6 @@
 """Load and faults: many clients, disconnects mid-stream, live switches under load, a step that
 raises, the queue limit, and a subscriber that never reads."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,13 +15,21 @@ from engine.workloads.canonical import CHAT_PROMPTS
 
 
 def test_64_clients_5_requests_each_all_end_exactly_once(serve):
-    server = serve(max_slots=32, kv_blocks=512, limits=Limits(queue_limit=512, max_open_requests=8))  # 5 at once each
+    # 5 at once each
+    server = serve(max_slots=32, kv_blocks=512, limits=Limits(queue_limit=512, max_open_requests=8))
 
     async def client(i: int) -> list[dict]:
         c = await open_client(url(server))
         refs = [f"{i}-{k}" for k in range(5)]
         for k, ref in enumerate(refs):
-            await c.send({"type": "chat", "prompt": CHAT_PROMPTS[(i + k) % len(CHAT_PROMPTS)], "max_tokens": 6, "ref": ref})
+            await c.send(
+                {
+                    "type": "chat",
+                    "prompt": CHAT_PROMPTS[(i + k) % len(CHAT_PROMPTS)],
+                    "max_tokens": 6,
+                    "ref": ref,
+                }
+            )
         ends = []
         while len(ends) < 5:
             msg = await c.recv(180)
@@ -58,14 +67,21 @@ def test_over_the_queue_limit_clean_busy_errors_then_all_served(serve):
         for c in clients:
             for k in range(3):
                 await c.send({"type": "chat", "prompt": "Say hi.", "max_tokens": 3, "ref": str(k)})
-        per_client = [[await c.until(lambda m: m["type"] in ("accepted", "error")) for _ in range(3)] for c in clients]
+        per_client = [
+            [await c.until(lambda m: m["type"] in ("accepted", "error")) for _ in range(3)]
+            for c in clients
+        ]
         kinds = [[a["type"] for a in answers] for answers in per_client]
         assert kinds == [["accepted"] * 3, ["accepted", "error", "error"], ["error"] * 3]
-        assert all(a["code"] == "busy" for answers in per_client for a in answers if a["type"] == "error")
+        assert all(
+            a["code"] == "busy" for answers in per_client for a in answers if a["type"] == "error"
+        )
         await clients[0].send({"type": "chat", "prompt": "x", "max_tokens": 3})
-        assert (await clients[0].until(lambda m: m["type"] == "error"))["code"] == "too_many_requests"
+        assert (await clients[0].until(lambda m: m["type"] == "error"))[
+            "code"
+        ] == "too_many_requests"
         await ctl.send({"type": "resume"})
-        for c, answers in zip(clients, per_client):
+        for c, answers in zip(clients, per_client, strict=False):
             for _ in range(sum(a["type"] == "accepted" for a in answers)):
                 assert (await c.until(lambda m: m["type"] in ("done", "error")))["type"] == "done"
 
@@ -78,7 +94,14 @@ def test_rate_and_open_request_limits(serve):
     async def main():
         c = await open_client(url(server))
         for k in range(3):
-            await c.send({"type": "chat", "prompt": "Tell me a long story.", "max_tokens": 200, "ref": str(k)})
+            await c.send(
+                {
+                    "type": "chat",
+                    "prompt": "Tell me a long story.",
+                    "max_tokens": 200,
+                    "ref": str(k),
+                }
+            )
         answers = [await c.until(lambda m: m["type"] in ("accepted", "error")) for _ in range(3)]
         assert [a["type"] for a in answers] == ["accepted", "accepted", "error"]
         assert answers[2]["code"] == "too_many_requests" and answers[2]["ref"] == "2"
@@ -95,7 +118,11 @@ def test_rate_and_open_request_limits(serve):
         for _ in range(3):
             await c.send({"type": "chat", "prompt": "Hi", "max_tokens": 2})
         answers = [await c.until(lambda m: m["type"] in ("accepted", "error")) for _ in range(3)]
-        assert [a.get("code", a["type"]) for a in answers] == ["accepted", "rate_limited", "rate_limited"]
+        assert [a.get("code", a["type"]) for a in answers] == [
+            "accepted",
+            "rate_limited",
+            "rate_limited",
+        ]
 
     asyncio.run(rate())
 
@@ -105,7 +132,9 @@ def test_disconnects_mid_stream_cancel_and_free_every_block(serve):
 
     async def leaver():
         c = await open_client(url(server))
-        await c.send({"type": "chat", "prompt": "Write a long essay about rivers.", "max_tokens": 300})
+        await c.send(
+            {"type": "chat", "prompt": "Write a long essay about rivers.", "max_tokens": 300}
+        )
         await c.until(lambda m: m["type"] == "token" and m["index"] >= 1)
         c.ws.transport.abort()  # gone without a close handshake
 
@@ -127,9 +156,14 @@ def test_policy_switch_and_pause_step_resume_under_load_lose_nothing(serve, smol
     async def main():
         ctl = await open_client(url(server))
         clients = [await open_client(url(server)) for _ in prompts]
-        chats = asyncio.gather(*(c.chat(p, 20) for c, p in zip(clients, prompts)))
-        for change in ({"policy": "static"}, {"policy": "chunked", "chunk_budget": 16}, {"runner": "async"},
-                       {"policy": "continuous", "kv_layout": "reserved"}, {"runner": "sync"}):
+        chats = asyncio.gather(*(c.chat(p, 20) for c, p in zip(clients, prompts, strict=False)))
+        for change in (
+            {"policy": "static"},
+            {"policy": "chunked", "chunk_budget": 16},
+            {"runner": "async"},
+            {"policy": "continuous", "kv_layout": "reserved"},
+            {"runner": "sync"},
+        ):
             await asyncio.sleep(0.4)
             await ctl.send({"type": "control", **change})
         await ctl.send({"type": "pause"})
@@ -141,7 +175,7 @@ def test_policy_switch_and_pause_step_resume_under_load_lose_nothing(serve, smol
         return await chats
 
     results = asyncio.run(main())
-    for (_, text, done, tokens), (ids, ref_text) in zip(results, expected):
+    for (_, text, done, tokens), (ids, ref_text) in zip(results, expected, strict=False):
         assert done["type"] == "done" and done["status"] == "finished"
         assert [t["token_id"] for t in tokens] == ids and text == ref_text
     events = [e["kind"] for r in server.engine.telemetry.steps for e in r["events"]]
@@ -167,7 +201,7 @@ def test_a_step_that_raises_fails_only_its_requests(serve, smollm2):
     for runner in ("sync", "async"):
         server = serve(runner=runner)
 
-        async def main():
+        async def main(server=server):
             a, b = await open_client(url(server)), await open_client(url(server))
             await a.send({"type": "pause"})
             await a.until(lambda m: m["type"] == "state" and m["paused"])
@@ -179,7 +213,11 @@ def test_a_step_that_raises_fails_only_its_requests(serve, smollm2):
             return failed, await b.chat("What is the capital of France?", 10)
 
         failed, (_, text, done, tokens) = asyncio.run(main())
-        assert failed["type"] == "error" and failed["code"] == "step_failed" and "injected fault" in failed["message"]
+        assert (
+            failed["type"] == "error"
+            and failed["code"] == "step_failed"
+            and "injected fault" in failed["message"]
+        )
         assert done["type"] == "done" and [t["token_id"] for t in tokens] == expected[0][0]
         asyncio.run(wait_idle(server))
         assert server.engine.blocks.num_used == 0
@@ -189,15 +227,20 @@ def test_a_step_that_raises_fails_only_its_requests(serve, smollm2):
 
 def test_a_subscriber_that_never_reads_does_not_slow_the_engine(serve):
     """Median decode step time of the same run with no subscriber and with 30 stuck ones."""
-    server = serve(max_slots=8, limits=Limits(keepalive_s=3600))  # stuck, but not yet dropped as dead
+    # stuck, but not yet dropped as dead
+    server = serve(max_slots=8, limits=Limits(keepalive_s=3600))
     engine = server.engine
 
     def run_batch() -> float:
         start = engine.step_count
-        handles = [engine.submit(prompt=p, max_new_tokens=100, ignore_eos=True) for p in CHAT_PROMPTS[:8]]
+        handles = [
+            engine.submit(prompt=p, max_new_tokens=100, ignore_eos=True) for p in CHAT_PROMPTS[:8]
+        ]
         while not all(h.done for h in handles):
             time.sleep(0.02)
-        steps = [r for r in engine.telemetry.steps if r["step"] > start and r["tokens"]["prefill"] == 0]
+        steps = [
+            r for r in engine.telemetry.steps if r["step"] > start and r["tokens"]["prefill"] == 0
+        ]
         return statistics.median(r["t_end"] - r["t_start"] for r in steps)
 
     async def stuck_subscribers(n: int):
@@ -212,7 +255,9 @@ def test_a_subscriber_that_never_reads_does_not_slow_the_engine(serve):
         while sum(c.subscribed for c in server.conns) < n:
             await asyncio.sleep(0.01)
         for conn in list(server.conns):
-            conn.ws.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            conn.ws.transport.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
+            )
         return clients  # never read again
 
     base = run_batch()
@@ -222,11 +267,15 @@ def test_a_subscriber_that_never_reads_does_not_slow_the_engine(serve):
         stuck = run_batch()
         conns = [c for c in server.conns if c.subscribed]
         assert len(conns) == 30
-        print(f"\nmedian decode step: {base * 1000:.1f} ms alone, {stuck * 1000:.1f} ms with 30 stuck subscribers "
-              f"(each {len(conns[0].tele)} records behind, {conns[0].skipped} skipped)")
+        print(
+            f"\nmedian decode step: {base * 1000:.1f} ms alone, "
+            f"{stuck * 1000:.1f} ms with 30 stuck subscribers "
+            f"(each {len(conns[0].tele)} records behind, {conns[0].skipped} skipped)"
+        )
         assert all(len(c.tele) == server.limits.subscriber_buffer and c.skipped > 0 for c in conns)
         assert stuck < base * 1.5  # generous: the CPU is shared with the test's own clients
     finally:
+
         async def drop() -> None:  # on their own loop, so the sockets really close
             for c in clients:
                 c.ws.transport.abort()

@@ -1,4 +1,5 @@
 """The protocol end to end: a real server on a loopback port, real websocket clients, SmolLM2."""
+
 from __future__ import annotations
 
 import asyncio
@@ -6,8 +7,11 @@ import json
 
 from server_client import direct_greedy, open_client, url, wait_idle
 
-PROMPTS = ["What is the capital of France?", "Écris une phrase sur la mer, avec des accents.",
-           "Write a haiku about the sea. Use an emoji 🌊 too."]
+PROMPTS = [
+    "What is the capital of France?",
+    "Écris une phrase sur la mer, avec des accents.",
+    "Write a haiku about the sea. Use an emoji 🌊 too.",
+]
 
 
 def test_streamed_text_equals_the_engines_direct_greedy_output(serve, smollm2):
@@ -16,10 +20,12 @@ def test_streamed_text_equals_the_engines_direct_greedy_output(serve, smollm2):
 
     async def main():
         clients = [await open_client(url(server)) for _ in PROMPTS]
-        return await asyncio.gather(*(c.chat(p, 24) for c, p in zip(clients, PROMPTS)))
+        return await asyncio.gather(
+            *(c.chat(p, 24) for c, p in zip(clients, PROMPTS, strict=False))
+        )
 
     results = asyncio.run(main())
-    for (rid, text, done, tokens), (ids, ref_text) in zip(results, expected):
+    for (_rid, text, done, tokens), (ids, ref_text) in zip(results, expected, strict=False):
         assert done["type"] == "done" and done["status"] == "finished"
         assert [t["token_id"] for t in tokens] == ids
         assert [t["index"] for t in tokens] == list(range(len(ids)))
@@ -37,7 +43,10 @@ def test_hello_state_and_exactly_one_terminal_message(serve):
         c = await open_client(url(server))
         hello = c.seen[0]
         assert hello["role"] == "presenter" and hello["client"].startswith("c")
-        assert hello["limits"]["max_open_requests"] == 4 and hello["state"]["config"]["policy"] == "continuous"
+        assert (
+            hello["limits"]["max_open_requests"] == 4
+            and hello["state"]["config"]["policy"] == "continuous"
+        )
         rid, _, done, _ = await c.chat("Say hi.", 6, ref="x")
         assert done["ref"] == "x" and done["request"] == rid
         await asyncio.sleep(0.3)  # nothing else may follow the terminal message
@@ -52,7 +61,14 @@ def test_cancel_frees_kv_at_once_and_ends_with_cancelled(serve):
 
     async def main():
         c = await open_client(url(server))
-        await c.send({"type": "chat", "prompt": "Tell me a very long story about a dragon.", "max_tokens": 400, "ref": "long"})
+        await c.send(
+            {
+                "type": "chat",
+                "prompt": "Tell me a very long story about a dragon.",
+                "max_tokens": 400,
+                "ref": "long",
+            }
+        )
         acc = await c.until(lambda m: m["type"] == "accepted")
         await c.until(lambda m: m["type"] == "token" and m["index"] >= 2)
         await c.send({"type": "cancel", "request": acc["request"]})
@@ -76,9 +92,14 @@ def test_control_broadcasts_state_and_bad_modes_get_codes(serve):
         for c in (a, b):
             st = await c.until(lambda m: m["type"] == "state" and m["config"]["policy"] == "static")
             assert st["config"]["max_slots"] == 4 and st["config"]["runner"] == "async"
-        for bad, code in (({"policy": "oven"}, "unknown_mode"), ({"runner": "warp"}, "unknown_mode"),
-                          ({"max_slots": "eight"}, "invalid_config"), ({"max_slots": 0}, "invalid_config"),
-                          ({"block_size": 4}, "invalid_config"), ({}, "bad_field")):
+        for bad, code in (
+            ({"policy": "oven"}, "unknown_mode"),
+            ({"runner": "warp"}, "unknown_mode"),
+            ({"max_slots": "eight"}, "invalid_config"),
+            ({"max_slots": 0}, "invalid_config"),
+            ({"block_size": 4}, "invalid_config"),
+            ({}, "bad_field"),
+        ):
             await a.send({"type": "control", **bad})
             err = await a.until(lambda m: m["type"] == "error")
             assert err["code"] == code, (bad, err)
@@ -115,7 +136,9 @@ def test_subscribe_history_steps_metrics_and_pause_step_resume(serve):
             rec = (await w.until(lambda m: m["type"] == "step"))["record"]
             assert rec["step"] > before
         # One prefill step (the first token) and two decode steps: three tokens, then nothing.
-        await c.until(lambda m: m["type"] == "token" and m["ref"] == "p" and m["index"] == 2, timeout=10)
+        await c.until(
+            lambda m: m["type"] == "token" and m["ref"] == "p" and m["index"] == 2, timeout=10
+        )
         await asyncio.sleep(0.3)
         for msg in await c.drain(0.1):
             assert msg["type"] != "token", msg
@@ -123,8 +146,13 @@ def test_subscribe_history_steps_metrics_and_pause_step_resume(serve):
         done = await c.until(lambda m: m["type"] == "done")
         assert done["stats"]["output_tokens"] == 8
         metrics = await w.until(lambda m: m["type"] == "metrics", timeout=5)
-        assert metrics["summary"]["useful_tokens"] > 0 and 0 <= metrics["summary"]["busy_fraction"] <= 1
-        ended = await w.until(lambda m: m["type"] == "request" and m["record"]["id"] == done["request"])
+        assert (
+            metrics["summary"]["useful_tokens"] > 0
+            and 0 <= metrics["summary"]["busy_fraction"] <= 1
+        )
+        ended = await w.until(
+            lambda m: m["type"] == "request" and m["record"]["id"] == done["request"]
+        )
         assert ended["record"]["status"] == "finished"
 
     asyncio.run(main())
@@ -136,15 +164,32 @@ def test_traffic_generator_tags_its_requests_and_stops(serve):
     async def main():
         c = await open_client(url(server))
         await c.send({"type": "subscribe", "history": 0})
-        await c.send({"type": "traffic", "action": "start", "rate": 8, "prompts": "mixed", "lengths": "lognormal",
-                      "median": 8, "sigma": 0.5, "max_tokens": 16, "seed": 3})
+        await c.send(
+            {
+                "type": "traffic",
+                "action": "start",
+                "rate": 8,
+                "prompts": "mixed",
+                "lengths": "lognormal",
+                "median": 8,
+                "sigma": 0.5,
+                "max_tokens": 16,
+                "seed": 3,
+            }
+        )
         st = await c.until(lambda m: m["type"] == "state" and m["traffic"])
         assert st["traffic"]["rate"] == 8
         ended = [await c.until(lambda m: m["type"] == "request") for _ in range(3)]
         assert all(r["record"]["client"] == "traffic" for r in ended)
         await c.send({"type": "traffic", "action": "stop"})
         await c.until(lambda m: m["type"] == "state" and m["traffic"] is None)
-        for bad in ({"rate": 0}, {"rate": 1000}, {"lengths": "zipf"}, {"prompts": 3}, {"median": 500, "max_tokens": 16}):
+        for bad in (
+            {"rate": 0},
+            {"rate": 1000},
+            {"lengths": "zipf"},
+            {"prompts": 3},
+            {"median": 500, "max_tokens": 16},
+        ):
             await c.send({"type": "traffic", "action": "start", **bad})
             assert (await c.until(lambda m: m["type"] == "error"))["code"] == "invalid_config"
         await c.send({"type": "traffic", "action": "go"})
@@ -203,11 +248,26 @@ def test_export_and_reset(serve):
         trace = (await c.until(lambda m: m["type"] == "export"))["data"]
         assert any(e.get("name", "").startswith("compute") for e in trace["traceEvents"])
         await c.send({"type": "control", "policy": "static", "max_slots": 2})
-        await c.send({"type": "traffic", "action": "start", "rate": 5, "lengths": "uniform", "median": 30, "max_tokens": 64})
+        await c.send(
+            {
+                "type": "traffic",
+                "action": "start",
+                "rate": 5,
+                "lengths": "uniform",
+                "median": 30,
+                "max_tokens": 64,
+            }
+        )
         await c.until(lambda m: m["type"] == "state" and m["traffic"])
         await asyncio.sleep(1.0)
         await c.send({"type": "reset"})
-        st = await c.until(lambda m: m["type"] == "state" and m["traffic"] is None and m["config"]["policy"] == "continuous")
+        st = await c.until(
+            lambda m: (
+                m["type"] == "state"
+                and m["traffic"] is None
+                and m["config"]["policy"] == "continuous"
+            )
+        )
         assert st["config"]["max_slots"] == 8
         await wait_idle(server)
         assert server.engine.blocks.num_used == 0 and not server.engine.telemetry.steps
@@ -218,5 +278,7 @@ def test_export_and_reset(serve):
 def test_non_finite_numbers_go_out_as_null():
     from engine.server.protocol import dumps
 
-    text = dumps({"type": "compare", "ratios": {"a": float("nan"), "b": [1.5, float("inf")]}, "n": 3})
+    text = dumps(
+        {"type": "compare", "ratios": {"a": float("nan"), "b": [1.5, float("inf")]}, "n": 3}
+    )
     assert json.loads(text) == {"type": "compare", "ratios": {"a": None, "b": [1.5, None]}, "n": 3}

@@ -1,0 +1,219 @@
+"""One websocket client's side of the server: its limits, its outbox and writer task.
+
+Its own replies and streams are never dropped (a client that stops reading them is disconnected);
+``state``/``metrics`` keep only the newest; telemetry goes through a small buffer that drops the
+oldest records and says how many (``skipped`` in the next ``step`` message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection
+
+from engine.core.engine import Engine
+from engine.core.metrics import inter_token_latencies, median
+from engine.core.sequence import Event, Sequence
+from engine.server import protocol
+from engine.server.protocol import dumps
+
+log = logging.getLogger("fluxo.server")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How the server replays a comparison for the page. The command that starts the server hands
+    it in (``engine.serve`` passes the lessons' scenario replay), so the server never imports the
+    lab; without one, ``compare`` answers ``compare_unavailable``."""
+
+    run: Callable[..., dict]  # (model, tokenizer, workload, a, b, scale) -> the compare answer
+    workloads: tuple[str, ...]  # the workload names ``run`` accepts
+
+
+@dataclass(slots=True)
+class Limits:
+    """Per-client and server-wide limits. The defaults hold a class of 60: every browser session
+    is a client of its own (4 open requests each), and the queue has room for all of them."""
+
+    max_message_bytes: int = 64 * 1024
+    max_open_requests: int = 4  # per client
+    max_requests_per_s: float = (
+        10.0  # per client: a token bucket with a burst of twice that (at least 1)
+    )
+    queue_limit: int = 256  # requests waiting for a slot, all clients together (60 x 4 = 240)
+    subscriber_buffer: int = 64  # step records a slow subscriber may lag before the oldest drop
+    max_outbox: int = 20_000  # unread replies/stream messages before a client is disconnected
+    abuse_errors: int = 2_000  # errors in 10 s before a client is disconnected
+    history: int = 300  # default steps sent on subscribe
+    metrics_window_s: float = 30.0
+    queue_report_s: float = 0.5  # how often a waiting request's place in the queue is re-sent
+    keepalive_s: float = 20.0  # ping interval; a client that answers no ping for as long is dropped
+
+    def public(self, engine: Engine) -> dict[str, Any]:
+        return {
+            "max_message_bytes": self.max_message_bytes,
+            "max_open_requests": self.max_open_requests,
+            "max_requests_per_s": self.max_requests_per_s,
+            "queue_limit": self.queue_limit,
+            "max_tokens": engine.config.max_new_tokens_limit,
+            "max_prompt_tokens": engine.config.max_model_len - 1,
+        }
+
+
+@dataclass(slots=True, eq=False)
+class Connection:
+    id: str
+    ws: ServerConnection
+    presenter: bool
+    limits: Limits
+    open: dict[int, dict] = field(default_factory=dict)  # request id -> {"ref", "n", "pos"}
+    subscribed: bool = False
+    out: deque[str] = field(default_factory=deque)
+    latest: dict[str, str] = field(default_factory=dict)  # state / metrics: only the newest matters
+    tele: deque[tuple[str, str]] = field(default_factory=deque)
+    skipped: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    bucket: protocol.TokenBucket = field(default_factory=protocol.TokenBucket)
+    errors: deque[float] = field(default_factory=deque)
+    closed: bool = False
+
+    def send(self, msg: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        self.out.append(dumps(msg))
+        self.wake.set()
+        if len(self.out) > self.limits.max_outbox:
+            log.warning(
+                "client %s does not read its stream (%d unread); disconnecting",
+                self.id,
+                len(self.out),
+            )
+            self.closed = True
+            self.ws.transport.abort()
+
+    def send_latest(self, kind: str, text: str) -> None:
+        self.latest[kind] = text
+        self.wake.set()
+
+    def send_telemetry(self, kind: str, text: str) -> None:
+        """Step records (``text`` is the record) and ended-request records (the whole message): a
+        lagging subscriber loses the oldest and is told how many in its next ``step``."""
+        if len(self.tele) >= self.limits.subscriber_buffer:
+            self.tele.popleft()
+            self.skipped += 1
+        self.tele.append((kind, text))
+        self.wake.set()
+
+    def take_request_token(self) -> bool:
+        return self.bucket.take(self.limits.max_requests_per_s)
+
+    def count_error(self) -> bool:
+        """Record an error; True when the client has crossed the abuse line."""
+        now = time.monotonic()
+        self.errors.append(now)
+        while self.errors and now - self.errors[0] > 10:
+            self.errors.popleft()
+        return len(self.errors) > self.limits.abuse_errors
+
+    async def writer(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.out or self.latest or self.tele:
+                if self.out:
+                    text = self.out.popleft()
+                elif self.latest:
+                    text = self.latest.pop(next(iter(self.latest)))
+                else:
+                    kind, text = self.tele.popleft()
+                    if kind == "step":
+                        text, self.skipped = (
+                            f'{{"type":"step","skipped":{self.skipped},"record":{text}}}',
+                            0,
+                        )
+                await self.ws.send(text)
+
+    def error(
+        self,
+        code: str,
+        message: str,
+        request: int | None = None,
+        ref: str | None = None,
+    ) -> None:
+        msg: dict[str, Any] = {"type": "error", "code": code, "message": message}
+        if request is not None:
+            msg["request"] = request
+        if ref is not None:
+            msg["ref"] = ref
+        self.send(msg)
+        if self.count_error():
+            log.warning(
+                "client %s sent over %d bad messages in 10 s; disconnecting",
+                self.id,
+                self.limits.abuse_errors,
+            )
+            self.closed = True
+            asyncio.ensure_future(self.ws.close(1008, "too many bad messages"))
+
+
+def deliver(conn: Any, seq: Sequence, event: Event) -> None:
+    """An engine event to its client (a websocket ``Connection`` or an HTTP generation: anything
+    with ``open``, ``closed`` and ``send``), as the protocol's token/done/error message."""
+    entry = conn.open.get(seq.id)
+    if entry is None or conn.closed:
+        return
+    ref = entry["ref"]
+    if event.kind == "token":
+        conn.send(
+            {
+                "type": "token",
+                "request": seq.id,
+                "ref": ref,
+                "text": event.text,
+                "token_id": event.token_id,
+                "index": entry["n"],
+            }
+        )
+        entry["n"] += 1
+        return
+    del conn.open[seq.id]
+    if event.kind == "error":
+        conn.send(
+            {
+                "type": "error",
+                "code": event.error_code,
+                "message": event.error,
+                "request": seq.id,
+                "ref": ref,
+            }
+        )
+    else:
+        conn.send(
+            {
+                "type": "done",
+                "request": seq.id,
+                "ref": ref,
+                "status": event.status,
+                "stats": stats(seq),
+            }
+        )
+
+
+def stats(seq: Sequence) -> dict[str, Any]:
+    itl = inter_token_latencies([{"token_times": seq.token_times}])
+    start = seq.admitted if seq.admitted is not None else seq.arrival
+    return {
+        "prompt_tokens": len(seq.prompt_ids),
+        "output_tokens": len(seq.token_times),
+        "queue_s": start - seq.arrival,
+        "ttft_s": None if seq.first_token is None else seq.first_token - seq.arrival,
+        "itl_p50_s": median(itl) if itl else None,
+        "itl_max_s": max(itl) if itl else None,
+        "duration_s": (seq.finished or seq.arrival) - seq.arrival,
+    }

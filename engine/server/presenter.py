@@ -1,0 +1,185 @@
+"""The presenter's messages (``docs/protocol.md``): control, pause, resume, step, traffic,
+reset and compare, and the traffic generator's task. A mixin of ``Server``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from engine.core.errors import FluxoError
+from engine.server import protocol
+from engine.server.connection import Connection
+from engine.workloads.traffic import CLIENT as TRAFFIC_CLIENT
+from engine.workloads.traffic import TrafficParams, TrafficSource
+
+log = logging.getLogger("fluxo.server")
+
+
+class PresenterMessages:
+    # -- presenter messages ------------------------------------------------------------------------
+    async def _on_control(self, conn: Connection, msg: dict) -> None:
+        changes = {k: v for k, v in msg.items() if k not in ("type", "ref")}
+        if not changes:
+            raise protocol.BadField(
+                "control needs at least one of: " + ", ".join(self.launch_config)
+            )
+        new = self.engine.reconfigure(**changes)
+        self.config_view = new.live()
+        self.broadcast_state()
+
+    async def _on_pause(self, conn: Connection, msg: dict) -> None:
+        self._refuse_while_comparing("pause")
+        await asyncio.to_thread(self.engine.pause)
+        self.broadcast_state()
+
+    def _refuse_while_comparing(self, what: str) -> None:
+        if self._compare_running:
+            raise protocol.CompareRunning(
+                f"the live engine is held while a comparison runs; {what} when it ends"
+            )
+
+    async def _on_resume(self, conn: Connection, msg: dict) -> None:
+        self._refuse_while_comparing("resume")
+        self.engine.resume()
+        self.broadcast_state()
+
+    async def _on_step(self, conn: Connection, msg: dict) -> None:
+        self._refuse_while_comparing("step")
+        if not self.engine.paused:
+            raise protocol.NotPaused("step works while the engine is paused; send pause first")
+        record = await asyncio.to_thread(self.engine.single_step)
+        self.broadcast_state()
+        if record is None:
+            raise protocol.NothingToRun(
+                "nothing is queued or running (or a static batch is still filling): the step did "
+                "nothing"
+            )
+
+    async def _on_traffic(self, conn: Connection, msg: dict) -> None:
+        action = msg.get("action")
+        if action not in ("start", "stop"):
+            raise protocol.BadField(
+                f"traffic action must be start or stop, got {protocol._show(action)}"
+            )
+        self._stop_traffic()
+        if action == "start":
+            params = TrafficParams.from_message(
+                {k: v for k, v in msg.items() if k not in ("type", "action", "ref")}
+            )
+            self.traffic, self.traffic_stats = params, {"sent": 0, "dropped": 0}
+            self._traffic_task = asyncio.create_task(self._traffic_loop(params))
+        self.broadcast_state()
+
+    def _stop_traffic(self) -> None:
+        if self._traffic_task is not None:
+            self._traffic_task.cancel()
+            self._traffic_task = None
+        self.traffic = None
+
+    async def _traffic_loop(self, params: TrafficParams) -> None:
+        source = TrafficSource(params)
+        while True:
+            arrival = source.next()
+            await asyncio.sleep(arrival.delay_s)
+            while self._compare_running:  # held: a comparison measures only itself
+                await asyncio.sleep(0.1)
+            # Arrivals go on while the engine is paused (the queue visibly grows, and stepping has
+            # work);
+            # beyond the queue limit they are dropped and counted, as a real server would refuse
+            # them.
+            if self.engine.queue_len() >= self.limits.queue_limit:
+                self.traffic_stats["dropped"] += 1
+                continue
+            try:
+                self.engine.submit(
+                    prompt=arrival.prompt,
+                    max_new_tokens=arrival.max_new_tokens,
+                    ignore_eos=arrival.ignore_eos,
+                    client=TRAFFIC_CLIENT,
+                    temperature=0.0,
+                )
+                self.traffic_stats["sent"] += 1
+            except (
+                FluxoError
+            ) as exc:  # e.g. a KV budget shrunk below a long prompt: skip it, say so
+                self.traffic_stats["dropped"] += 1
+                log.info("traffic request refused: %s", exc.message)
+
+    async def _on_reset(self, conn: Connection, msg: dict) -> None:
+        self._stop_traffic()
+        self.engine.resume()
+        self.engine.cancel_all()
+        new = self.engine.reconfigure(**self.launch_config)
+        self.config_view = new.live()
+        deadline = time.monotonic() + 30
+        while (
+            self.engine.live_requests() or self.engine.has_work()
+        ) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self.engine.telemetry.clear()
+        for c in self.conns:
+            if c.subscribed:
+                c.tele.clear()
+                c.send({"type": "history", "steps": [], "requests": []})
+        self.broadcast_state()
+
+    async def _on_compare(self, conn: Connection, msg: dict) -> None:
+        if self.comparison is None:
+            raise protocol.CompareUnavailable("this server was started without a comparison runner")
+        if self._compare_running:
+            raise protocol.CompareRunning("a comparison is already running; wait for its result")
+        workload = msg.get("workload")
+        if workload not in self.comparison.workloads:
+            raise protocol.BadField(
+                f"workload must be one of {', '.join(self.comparison.workloads)}, got "
+                f"{protocol._show(workload)}"
+            )
+        a, b = msg.get("a", {}), msg.get("b", {})
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            raise protocol.BadField("a and b must be objects of live config fields")
+        for side in (a, b):
+            self.engine.config.updated(**side).validate()
+        scale = protocol.get_float(msg, "scale", 1.0, 0.05, 1.0)
+        # A comparison never shares the device with live work: the live engine is paused (its
+        # step in progress ends first) and the traffic generator holds its arrivals until the
+        # replays are done; people's chats are queued meanwhile (state.comparing says why).
+        # It runs as a task of its own, so this connection's other messages are answered meanwhile.
+        self._compare_running = True
+        self.broadcast_state()
+        ref = msg.get("ref") if isinstance(msg.get("ref"), str) else None
+        self._compare_task = asyncio.create_task(
+            self._compare(conn, self.comparison.run, workload, a, b, scale, ref)
+        )
+
+    async def _compare(
+        self,
+        conn: Connection,
+        compare,
+        workload: str,
+        a: dict,
+        b: dict,
+        scale: float,
+        ref: str | None,
+    ) -> None:
+        was_paused = self.engine.paused
+        try:
+            if not was_paused:
+                await asyncio.to_thread(self.engine.pause)
+            result = await asyncio.to_thread(
+                compare, self.engine.model, self.engine.tokenizer, workload, a, b, scale
+            )
+        except FluxoError as exc:
+            conn.error(exc.code, exc.message, ref=ref)
+            return
+        except Exception as exc:  # noqa: BLE001 - a failed replay answers its presenter, the server goes on
+            log.exception("comparison failed")
+            conn.error("internal", f"the comparison failed: {type(exc).__name__}", ref=ref)
+            return
+        finally:
+            self._compare_running = False
+            if not was_paused:
+                self.engine.resume()
+            self.broadcast_state()
+        result["held"] = {"live_engine_paused": True, "traffic_held": self.traffic is not None}
+        conn.send({"type": "compare", **({"ref": ref} if ref else {}), **result})
