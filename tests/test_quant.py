@@ -117,15 +117,18 @@ def test_int8_swiglu_epilogue():
 
 
 @needs_kernels
-def test_quant_linear_dequantizes_for_long_prefills():
+def test_quant_linear_paths():
+    """Layers: int8 products at every row count (no switch with the prompt's length); the fp32
+    head: the block kernel, and dequantize + fp32 GEMM above DEQUANT_ABOVE_ROWS rows."""
     torch.manual_seed(1)
     w = quant.QuantWeight("q4_1", quant.quantize(torch.randn(64, 128), "q4_1"), 128, False)
-    lin = quant.QuantLinear(w)
     ref = quant.dequantize_ref(w.blocks, "q4_1", 128)
-    x = torch.randn(4, 128)  # kernel path: int8 activations
-    torch.testing.assert_close(lin(x), cpu_quant.qmatmul(x, w.blocks, "q4_1"), rtol=0, atol=0)
-    x = torch.randn(quant.DEQUANT_ABOVE_ROWS + 5, 128)  # dequantize + fp32 GEMM
-    torch.testing.assert_close(lin(x), x @ ref.T, rtol=0, atol=3e-5)
+    layer, head = quant.QuantLinear(w), quant.QuantLinear(w, int8_activations=False)
+    for rows in (4, quant.DEQUANT_ABOVE_ROWS + 5):
+        x = torch.randn(rows, 128)
+        want = cpu_quant.qmatmul(x, w.blocks, "q4_1")
+        torch.testing.assert_close(layer(x), want, rtol=0, atol=0)
+        torch.testing.assert_close(head(x), x @ ref.T, rtol=0, atol=3e-5)
 
 
 @needs_kernels

@@ -39,11 +39,11 @@ from kernels import cpu_quant
 
 WEIGHTS = ("fp32", "q4", "q8")
 QK = cpu_quant.QK
-# Above this many rows a product dequantizes the weight to fp32 and runs one GEMM instead
-# (prefill): the block kernel re-expands each block per 4 rows and stops paying off. At 32 rows
-# it was still 1.1-1.3x oneDNN's time on cache-resident matrices and 2.7x on the lm head (the
-# table in kernels/cpu_quant.py); 48 keeps decode batches of up to 48 rows on the 5-6x smaller
-# reads. A guess between measured points, not a measured crossover.
+# The fp32-activation products (the vocabulary head) dequantize the weight and run one oneDNN GEMM
+# above this many rows: that block kernel re-expands each block per 4 rows. At 32 rows it was
+# still 1.1-1.3x oneDNN's time on cache-resident matrices and 2.7x on the head (the table in
+# kernels/cpu_quant.py); 48 is a guess between measured points, not a measured crossover. The
+# int8 products of the layers have no such switch (QuantLinear.__call__).
 DEQUANT_ABOVE_ROWS = 48
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
@@ -119,11 +119,15 @@ class QuantLinear:
         self.int8 = int8_activations  # False: fp32 activations (the vocabulary head)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # int8 products at every row count: a row's result then does not depend on how its prompt
+        # was chunked or cached. They were no slower than dequantize + oneDNN GEMM up to 128 rows
+        # and even at 256 (3072x576, 1 thread: 32 rows 2.03 vs 5.01 ms, 128: 8.2 vs 14.0, 256:
+        # 21.8 vs 19.7; thread CPU time, p10 of 30, machine at load ~10).
+        if self.int8:
+            return cpu_quant.qmatmul(x, self.w.blocks, self.w.fmt)
         if x.shape[0] > DEQUANT_ABOVE_ROWS:
             return torch.mm(x, cpu_quant.dequantize(self.w.blocks, self.w.fmt, self.w.k).T)
-        if not self.int8:
-            return cpu_quant.matmul(x, self.w.blocks, self.w.fmt)
-        return cpu_quant.qmatmul(x, self.w.blocks, self.w.fmt)
+        return cpu_quant.matmul(x, self.w.blocks, self.w.fmt)
 
 
 def stack(weights: list[QuantWeight]) -> QuantWeight:
