@@ -51,7 +51,8 @@ torch's ``_weight_int8pack_mm`` and ``_weight_int4pack_mm_for_cpu`` have no fast
 build (6-100x slower than fp32), so they were not used. These kernels win when the weights come
 from memory (the lm head: 10x at 1 row, 2.4x at 8) and lose to oneDNN once the rows make the
 product compute-bound (32 rows: they re-expand each block per 4 rows); above
-``engine.quant.DEQUANT_ABOVE_ROWS`` rows a product dequantizes and runs oneDNN's GEMM instead.
+``engine.core.quant.DEQUANT_ABOVE_ROWS`` rows the fp32-activation head dequantizes and runs
+oneDNN's GEMM instead (the int8 products have no such switch).
 """
 
 from __future__ import annotations
