@@ -281,7 +281,7 @@ def _lesson4(r) -> None:
 
 def _ceiling(r) -> None:
     """Overlap hides at most the sync loop's idle share: async / sync <= 1 / busy(sync), measured on
-    one engine switching runner every 6 steps, so both runners see the same machine (10 % margin)."""
+    one engine switching runner every 6 steps: both runners see the same machine (10 % margin)."""
     assert r["async"]["tokens"] == r["sync"]["tokens"]
     i = r["interleaved"]
     assert i["sync_steps"] >= 8 and i["async_steps"] >= 8, i  # enough steady steps of each runner
@@ -312,9 +312,9 @@ def _lesson7(r) -> None:
     assert r["rate-0.4"]["ttft_steps_p50"] > r["rate-0.2"]["ttft_steps_p50"] >= 1
     assert r["chunked-64"]["rows_slo_met_fraction"] > r["unchunked"]["rows_slo_met_fraction"]
     assert r["chunked-64"]["max_step_prefill"] <= 64 < 384 <= r["unchunked"]["max_step_prefill"]
-    # On the step clock the offered load is exact: 0.1 per step leaves the engine idle at times,
-    # 0.4 per step (past 0.25, what 4 slots serve) never.
-    assert r["rate-0.1"]["idle_ticks"] > 0 == r["rate-0.4"]["idle_ticks"]
+    # On the step clock the offered load is exact: 0.1 per step leaves the engine idle between
+    # arrivals, 0.4 per step (past 0.25, what 4 slots serve) at most before the first one.
+    assert r["rate-0.1"]["idle_ticks"] > r["rate-0.4"]["idle_ticks"] <= 3
 
 
 def _lesson8(r) -> None:
