@@ -14,6 +14,7 @@ functions of ``app/charts.py``.
 The browser reaches the engine at ``ws(s)://<the page's host>:<port of FLUXO_ENGINE_URL>``, or at
 ``FLUXO_ENGINE_PUBLIC_URL`` when set (the engine behind another host name or a proxy).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,21 +41,31 @@ def engine_endpoint() -> dict[str, Any]:
     url = os.environ.get("FLUXO_ENGINE_URL", DEFAULT_ENGINE_URL)
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "wss" else 80)
-    return {"engine_port": port, "engine_public_url": os.environ.get("FLUXO_ENGINE_PUBLIC_URL") or None}
+    return {
+        "engine_port": port,
+        "engine_public_url": os.environ.get("FLUXO_ENGINE_PUBLIC_URL") or None,
+    }
 
 
 # Chart words in Portuguese (titles, axes, legends); the English is app/charts.py's own.
 CHART_PT = {
-    "Slot occupancy": "Ocupação dos slots", "Slots up to this step": "Slots até este passo",
-    "one bar per (slot, request, phase) span · black outline: people's chats":
-        "uma barra por trecho (slot, requisição, fase) · contorno preto: conversas de pessoas",
-    "step": "passo", "slot": "slot", "phase": "fase", "queue": "fila", "KV": "KV",
+    "Slot occupancy": "Ocupação dos slots",
+    "Slots up to this step": "Slots até este passo",
+    "one bar per (slot, request, phase) span · black outline: people's chats": "uma barra por trecho (slot, requisição, fase) · contorno preto: conversas de pessoas",
+    "step": "passo",
+    "slot": "slot",
+    "phase": "fase",
+    "queue": "fila",
+    "KV": "KV",
     "whole buffer (binned): slots per phase": "todo o buffer (agrupado): slots por fase",
-    "Admission stalls": "Engasgos de admissão", "prefill tokens in the step": "tokens de prefill no passo",
-    "ms (ITL, step time)": "ms (ITL, tempo do passo)", "KV memory": "Memória KV", "KV tokens": "tokens de KV",
-    "tokens stored · shared · allocated but unused · cached · free":
-        "tokens guardados · compartilhados · alocados sem uso · em cache · livres",
-    "block pool now": "blocos agora", "one cell per block, grouped by owner": "uma célula por bloco, por dono",
+    "Admission stalls": "Engasgos de admissão",
+    "prefill tokens in the step": "tokens de prefill no passo",
+    "ms (ITL, step time)": "ms (ITL, tempo do passo)",
+    "KV memory": "Memória KV",
+    "KV tokens": "tokens de KV",
+    "tokens stored · shared · allocated but unused · cached · free": "tokens guardados · compartilhados · alocados sem uso · em cache · livres",
+    "block pool now": "blocos agora",
+    "one cell per block, grouped by owner": "uma célula por bloco, por dono",
     "time (ms)": "tempo (ms)",
 }
 PHASE_PT = {"prefill": "prefill", "decode": "decode", "dead": "morto", "idle": "ocioso"}
@@ -67,7 +78,11 @@ def localize(node: Any, lang: str, scale: float = 1.0, words: bool = False) -> A
     if isinstance(node, list):
         return [localize(v, lang, scale, words) for v in node]
     if not isinstance(node, dict):
-        return CHART_PT.get(node, node) if words and lang == "pt-BR" and isinstance(node, str) else node
+        return (
+            CHART_PT.get(node, node)
+            if words and lang == "pt-BR" and isinstance(node, str)
+            else node
+        )
     out = {}
     for k, v in node.items():
         if k in ("data", "scale", "field", "expr"):
@@ -86,8 +101,12 @@ def _view_args(lang: str, projector: bool, words: dict[str, str] | None) -> dict
     from app import i18n
 
     w = words or i18n.words(lang)
-    return {"lang": lang, "projector": projector, "words": {k: w[k] for k in i18n.VIEW_KEYS},
-            "locale": PT_LOCALE if lang == "pt-BR" else None}
+    return {
+        "lang": lang,
+        "projector": projector,
+        "words": {k: w[k] for k in i18n.VIEW_KEYS},
+        "locale": PT_LOCALE if lang == "pt-BR" else None,
+    }
 
 
 def _specs(names: Sequence[str], lang: str, projector: bool, **kw: Any) -> dict[str, dict]:
@@ -95,20 +114,41 @@ def _specs(names: Sequence[str], lang: str, projector: bool, **kw: Any) -> dict[
     return {n: localize(specs[n], lang, 1.35 if projector else 1.0) for n in names}
 
 
-def live(slots: int = 8, held: bool = False, key: str = "fluxo_live", buffer: int = 1000, lang: str = "en",
-         projector: bool = False, names: Sequence[str] = ORDER) -> None:
+def live(
+    slots: int = 8,
+    held: bool = False,
+    key: str = "fluxo_live",
+    buffer: int = 1000,
+    lang: str = "en",
+    projector: bool = False,
+    names: Sequence[str] = ORDER,
+) -> None:
     """Chat, headline metrics and the four live charts, fed by the browser's own connection."""
     specs = _specs(names, lang, projector, slots=slots, **_heights(names, projector))
-    _component(mode="live", specs=specs, order=list(names), chat=True, metrics=True,
-               min_column=_min_column(names, projector), buffer=buffer, held=held, **engine_endpoint(),
-               **_view_args(lang, projector, None), key=key, default=None, height=1500)
+    _component(
+        mode="live",
+        specs=specs,
+        order=list(names),
+        chat=True,
+        metrics=True,
+        min_column=_min_column(names, projector),
+        buffer=buffer,
+        held=held,
+        **engine_endpoint(),
+        **_view_args(lang, projector, None),
+        key=key,
+        default=None,
+        height=1500,
+    )
 
 
 def _heights(names: Sequence[str], projector: bool) -> dict[str, int]:
     """One chart alone fills a projected slide; otherwise the charts' usual heights."""
     if len(names) == 1:
         return dict(slot_height=560, stall_height=560, kv_height=520, lane_height=480)
-    return dict(slot_height=380, stall_height=340, kv_height=300, lane_height=260) if projector else {}
+    return (
+        dict(slot_height=380, stall_height=340, kv_height=300, lane_height=260) if projector else {}
+    )
 
 
 def _min_column(names: Sequence[str], projector: bool) -> int:
@@ -117,43 +157,105 @@ def _min_column(names: Sequence[str], projector: bool) -> int:
 
 def _digest(steps: list[dict], people: list[int], *extra: Any) -> str:
     """The browser redraws only when the records change: a digest of what it is given."""
-    ends = [len(steps), steps[0]["step"] if steps else None, steps[-1]["step"] if steps else None,
-            steps[-1]["t_end"] if steps else None, people, *extra]
+    ends = [
+        len(steps),
+        steps[0]["step"] if steps else None,
+        steps[-1]["step"] if steps else None,
+        steps[-1]["t_end"] if steps else None,
+        people,
+        *extra,
+    ]
     return hashlib.sha1(json.dumps(ends).encode()).hexdigest()[:16]
 
 
-def recorded(steps: Sequence[dict], people: Iterable[int] = (), names: Sequence[str] = ORDER, key: str = "fluxo_rec",
-             windows: dict[str, int] | None = None, min_column: int = 720, caption: str = "recorded steps",
-             height: int = 900, overview: bool = True, lang: str = "en", projector: bool = False,
-             **spec_kw: Any) -> None:
+def recorded(
+    steps: Sequence[dict],
+    people: Iterable[int] = (),
+    names: Sequence[str] = ORDER,
+    key: str = "fluxo_rec",
+    windows: dict[str, int] | None = None,
+    min_column: int = 720,
+    caption: str = "recorded steps",
+    height: int = 900,
+    overview: bool = True,
+    lang: str = "en",
+    projector: bool = False,
+    **spec_kw: Any,
+) -> None:
     """Charts of recorded steps (no connection). ``names``: which charts, in order; ``windows``:
     steps per chart (slots 300, stalls 300, kv 2000, lanes 12 by default); charts sit side by side
     when each gets ``min_column`` pixels."""
     steps, people = list(steps), sorted(people)
     specs = _specs(names, lang, projector, with_overview=overview, **spec_kw)
-    _component(mode="static", specs=specs, order=list(names), steps=steps, people=people,
-               data_key=_digest(steps, people), windows=windows or {}, min_column=min_column, chat=False,
-               metrics=False, caption=caption, overview=overview, **_view_args(lang, projector, None), key=key,
-               default=None, height=height)
+    _component(
+        mode="static",
+        specs=specs,
+        order=list(names),
+        steps=steps,
+        people=people,
+        data_key=_digest(steps, people),
+        windows=windows or {},
+        min_column=min_column,
+        chat=False,
+        metrics=False,
+        caption=caption,
+        overview=overview,
+        **_view_args(lang, projector, None),
+        key=key,
+        default=None,
+        height=height,
+    )
 
 
-def replay(steps: Sequence[dict], people: Iterable[int] = (), names: Sequence[str] = ORDER, key: str = "fluxo_replay",
-           at: int | None = None, speed: float = 1.0, caption: str = "", lang: str = "en", projector: bool = False,
-           sync: str = "", min_column: int | None = None, height: int = 1500, **spec_kw: Any) -> dict | None:
+def replay(
+    steps: Sequence[dict],
+    people: Iterable[int] = (),
+    names: Sequence[str] = ORDER,
+    key: str = "fluxo_replay",
+    at: int | None = None,
+    speed: float = 1.0,
+    caption: str = "",
+    lang: str = "en",
+    projector: bool = False,
+    sync: str = "",
+    min_column: int | None = None,
+    height: int = 1500,
+    **spec_kw: Any,
+) -> dict | None:
     """A recorded run played in the browser: play / pause, scrub, step, speed (space plays and
     pauses). ``at``: the step to open at; ``sync``: views with the same name play together
     (Compare). Returns what the view last reported: ``{"at": step, "speed": x}`` when paused."""
     steps, people = list(steps), sorted(people)
     kw = {**_heights(names, projector), **spec_kw}
     specs = _specs(names, lang, projector, **kw)
-    return _component(mode="replay", specs=specs, order=list(names), steps=steps, people=people,
-                      data_key=_digest(steps, people), at=at, speed=speed, sync=sync, chat=False, metrics=False,
-                      min_column=min_column or _min_column(names, projector), caption=caption,
-                      **_view_args(lang, projector, None), key=key, default=None, height=height)
+    return _component(
+        mode="replay",
+        specs=specs,
+        order=list(names),
+        steps=steps,
+        people=people,
+        data_key=_digest(steps, people),
+        at=at,
+        speed=speed,
+        sync=sync,
+        chat=False,
+        metrics=False,
+        min_column=min_column or _min_column(names, projector),
+        caption=caption,
+        **_view_args(lang, projector, None),
+        key=key,
+        default=None,
+        height=height,
+    )
 
 
 def keys(words: dict[str, str], query: str) -> None:
     """The presenter's keys on this page (Page Down / Page Up, space, ? for help); it also writes
     the page's state into the address bar (``query``), so a copied link reopens the same picture."""
-    _keys(words={k: v for k, v in words.items() if k.startswith("k_")}, query=query, key="fluxo_keys",
-          default=None, height=0)
+    _keys(
+        words={k: v for k, v in words.items() if k.startswith("k_")},
+        query=query,
+        key="fluxo_keys",
+        default=None,
+        height=0,
+    )

@@ -6,6 +6,7 @@ Fernandes (2009) matrices at full severity (protanopia, deuteranopia, tritanopia
 :func:`min_distance` is the smallest CIELAB distance (CIE76 Delta E) between any two colours of a
 palette as that viewer sees them. ``tests/app/test_palette.py`` holds the phases to a minimum.
 """
+
 from __future__ import annotations
 
 from itertools import combinations
@@ -14,12 +15,21 @@ from typing import Iterable
 # Machado et al. 2009, severity 1.0 (linear RGB).
 MATRICES = {
     "normal": ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)),
-    "protanopia": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216),
-                   (-0.003882, -0.048116, 1.051998)),
-    "deuteranopia": ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413),
-                     (-0.011820, 0.042940, 0.968881)),
-    "tritanopia": ((1.255528, -0.076749, -0.178779), (-0.078411, 0.930809, 0.147602),
-                   (0.004733, 0.691367, 0.303900)),
+    "protanopia": (
+        (0.152286, 1.052583, -0.204868),
+        (0.114503, 0.786281, 0.099216),
+        (-0.003882, -0.048116, 1.051998),
+    ),
+    "deuteranopia": (
+        (0.367322, 0.860646, -0.227968),
+        (0.280085, 0.672501, 0.047413),
+        (-0.011820, 0.042940, 0.968881),
+    ),
+    "tritanopia": (
+        (1.255528, -0.076749, -0.178779),
+        (-0.078411, 0.930809, 0.147602),
+        (0.004733, 0.691367, 0.303900),
+    ),
 }
 
 
@@ -34,7 +44,7 @@ def _gamma(c: float) -> float:
 
 def rgb(hex_: str) -> tuple[float, float, float]:
     h = hex_.lstrip("#")
-    return tuple(int(h[i:i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
+    return tuple(int(h[i : i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
 
 
 def simulate(hex_: str, vision: str) -> tuple[float, float, float]:

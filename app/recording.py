@@ -14,6 +14,7 @@ with the line and the reason: not JSON, cut off at the end (a truncated download
 type, a step lacking a field the views read, steps going backwards, no steps at all. Nothing here
 imports torch.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,22 @@ from engine.core.metrics import summarize
 
 FORMAT, VERSION = "fluxo-recording", 1
 MAX_BYTES = 64 << 20  # a 64 MB export is ~60,000 step records: more than any class shows
-STEP_FIELDS = ("step", "t_start", "t_end", "policy", "runner", "slots", "admitted", "finished", "preempted",
-               "queue_len", "kv", "tokens", "spans", "events")
+STEP_FIELDS = (
+    "step",
+    "t_start",
+    "t_end",
+    "policy",
+    "runner",
+    "slots",
+    "admitted",
+    "finished",
+    "preempted",
+    "queue_len",
+    "kv",
+    "tokens",
+    "spans",
+    "events",
+)
 REQUEST_FIELDS = ("id", "arrival", "status")
 SLOT_FIELDS = ("slot", "request", "phase", "tokens")
 DEFAULT_RUN = "recorded"
@@ -93,11 +108,18 @@ def _read_line(line: str, n: int, last: bool, ended: bool) -> dict:
         rec = json.loads(line)
     except json.JSONDecodeError:
         if last and not ended:
-            raise BadRecording(f"the file ends in the middle of line {n}: it looks truncated (an "
-                               "interrupted download?); export it again", n) from None
-        raise BadRecording(f"line {n} is not JSON: a recording is one JSON object per line", n) from None
+            raise BadRecording(
+                f"the file ends in the middle of line {n}: it looks truncated (an "
+                "interrupted download?); export it again",
+                n,
+            ) from None
+        raise BadRecording(
+            f"line {n} is not JSON: a recording is one JSON object per line", n
+        ) from None
     if not isinstance(rec, dict) or "type" not in rec:
-        raise BadRecording(f"line {n}: each line must be a JSON object with a type (step, request, ...)", n)
+        raise BadRecording(
+            f"line {n}: each line must be a JSON object with a type (step, request, ...)", n
+        )
     return rec
 
 
@@ -105,11 +127,15 @@ def parse(text: str | bytes, source: str = "") -> Recording:
     """Validate and read a recording; raises :class:`BadRecording` saying which line and why."""
     if isinstance(text, bytes):
         if len(text) > MAX_BYTES:
-            raise BadRecording(f"the file has {len(text) >> 20} MB; a recording holds at most {MAX_BYTES >> 20} MB")
+            raise BadRecording(
+                f"the file has {len(text) >> 20} MB; a recording holds at most {MAX_BYTES >> 20} MB"
+            )
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
-            raise BadRecording("this is not a text file: a recording is JSON lines (UTF-8)") from None
+            raise BadRecording(
+                "this is not a text file: a recording is JSON lines (UTF-8)"
+            ) from None
     if not text.strip():
         raise BadRecording("the file is empty")
     lines = text.split("\n")
@@ -122,8 +148,11 @@ def parse(text: str | bytes, source: str = "") -> Recording:
         kind = rec.pop("type")
         if kind == "recording":
             if rec.get("format") != FORMAT or rec.get("version") != VERSION:
-                raise BadRecording(f"line {n}: format {rec.get('format')!r} version {rec.get('version')!r}; this page "
-                                   f"reads {FORMAT} version {VERSION}", n)
+                raise BadRecording(
+                    f"line {n}: format {rec.get('format')!r} version {rec.get('version')!r}; this page "
+                    f"reads {FORMAT} version {VERSION}",
+                    n,
+                )
             meta = rec
         elif kind == "run":
             run = _run_of(runs, rec)
@@ -133,16 +162,23 @@ def parse(text: str | bytes, source: str = "") -> Recording:
             run = _run_of(runs, rec)
             _check_step(rec, n)
             if run.steps and rec["step"] <= run.steps[-1]["step"]:
-                raise BadRecording(f"line {n}: step {rec['step']} comes after step {run.steps[-1]['step']} in run "
-                                   f"{run.name!r}: steps must go forward", n)
+                raise BadRecording(
+                    f"line {n}: step {rec['step']} comes after step {run.steps[-1]['step']} in run "
+                    f"{run.name!r}: steps must go forward",
+                    n,
+                )
             run.steps.append(rec)
         elif kind == "request":
             run = _run_of(runs, rec)
             if any(f not in rec for f in REQUEST_FIELDS):
-                raise BadRecording(f"line {n}: a request record lacks one of {', '.join(REQUEST_FIELDS)}", n)
+                raise BadRecording(
+                    f"line {n}: a request record lacks one of {', '.join(REQUEST_FIELDS)}", n
+                )
             run.requests.append(rec)
         else:
-            raise BadRecording(f"line {n}: unknown record type {kind!r} (step, request, run or recording)", n)
+            raise BadRecording(
+                f"line {n}: unknown record type {kind!r} (step, request, run or recording)", n
+            )
     runs = {k: r for k, r in runs.items() if r.steps}
     if not runs:
         raise BadRecording("no step records: nothing to replay")
@@ -150,8 +186,11 @@ def parse(text: str | bytes, source: str = "") -> Recording:
         if not run.summary:  # a plain export: the headline numbers of what it holds
             run.summary = summarize(run.steps, run.requests)
         if not run.config:
-            run.config = {"policy": run.steps[-1]["policy"], "runner": run.steps[-1]["runner"],
-                          "max_slots": len(run.steps[-1]["slots"])}
+            run.config = {
+                "policy": run.steps[-1]["policy"],
+                "runner": run.steps[-1]["runner"],
+                "max_slots": len(run.steps[-1]["slots"]),
+            }
     return Recording(runs, meta, source)
 
 

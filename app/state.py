@@ -9,6 +9,7 @@ on a session's first run the query string seeds the widgets, and every run write
 Widgets of one page are forgotten by Streamlit when another page runs, so the values live in a
 plain session dict (``_url``) as well, and each widget is seeded from it when it is drawn.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -22,8 +23,15 @@ from app import recording
 
 # name in the URL -> how to read it back from the query string
 PARAMS: dict[str, Callable[[str], Any]] = {
-    "lang": str, "src": str, "rec": str, "run": str, "at": int, "speed": float, "lesson": str,
-    "projector": lambda v: v in ("1", "true", "on"), "chart": str,
+    "lang": str,
+    "src": str,
+    "rec": str,
+    "run": str,
+    "at": int,
+    "speed": float,
+    "lesson": str,
+    "projector": lambda v: v in ("1", "true", "on"),
+    "chart": str,
 }
 DEFAULTS = {"lang": "en", "projector": False, "chart": "all", "speed": 1.0}
 
@@ -55,8 +63,14 @@ def _keep(name: str, key: str) -> None:
     url()[name] = st.session_state[key]
 
 
-def widget(name: str, key: str, draw: Callable[..., Any], *args: Any, options: Sequence | None = None,
-           **kw: Any) -> Any:
+def widget(
+    name: str,
+    key: str,
+    draw: Callable[..., Any],
+    *args: Any,
+    options: Sequence | None = None,
+    **kw: Any,
+) -> Any:
     """Draw a widget whose value is shareable: seeded from the URL state, written back after.
 
     Always seeded: a widget drawn by a page script is a new widget on another page (Streamlit
@@ -65,14 +79,18 @@ def widget(name: str, key: str, draw: Callable[..., Any], *args: Any, options: S
     if saved is not None and (options is None or saved in options):
         st.session_state[key] = saved
     kw = {"on_change": _keep, "args": (name, key), **kw}
-    value = draw(*args, options, key=key, **kw) if options is not None else draw(*args, key=key, **kw)
+    value = (
+        draw(*args, options, key=key, **kw) if options is not None else draw(*args, key=key, **kw)
+    )
     url()[name] = value
     return value
 
 
 def query() -> str:
     """The query string of the state (defaults left out, so links stay short)."""
-    state = {k: v for k, v in url().items() if k in PARAMS and v is not None and DEFAULTS.get(k) != v}
+    state = {
+        k: v for k, v in url().items() if k in PARAMS and v is not None and DEFAULTS.get(k) != v
+    }
     params = {k: ("1" if v is True else str(v)) for k, v in state.items() if v is not False}
     return urlencode(params)
 
@@ -107,11 +125,19 @@ def choose_recording(w: dict[str, str]) -> recording.Recording | None:
     options = [*recs, "upload"]
     if url().get("rec") not in options and url().get("lesson") in recs:
         put("rec", url()["lesson"])
-    name = widget("rec", "rec", st.selectbox, w["recording"], options=options,
-                  format_func=lambda n: w["upload"] if n == "upload" else recording_title(n))
+    name = widget(
+        "rec",
+        "rec",
+        st.selectbox,
+        w["recording"],
+        options=options,
+        format_func=lambda n: w["upload"] if n == "upload" else recording_title(n),
+    )
     try:
         if name == "upload":
-            file = st.file_uploader(w["upload"], type=["jsonl", "json", "txt"], key="rec_file", help=w["upload_help"])
+            file = st.file_uploader(
+                w["upload"], type=["jsonl", "json", "txt"], key="rec_file", help=w["upload_help"]
+            )
             return _parse_cached(file.getvalue()) if file is not None else None
         path = recs[name]
         return _load_cached(str(path), path.stat().st_mtime)
@@ -124,6 +150,12 @@ def choose_run(rec: recording.Recording, w: dict[str, str]) -> recording.Run:
     runs = list(rec.runs)
     if len(runs) == 1:
         return rec.runs[runs[0]]
-    name = widget("run", "run", st.selectbox, w["run"], options=runs,
-                  format_func=lambda k: f"{k.upper()}: {rec.runs[k].label}")
+    name = widget(
+        "run",
+        "run",
+        st.selectbox,
+        w["run"],
+        options=runs,
+        format_func=lambda k: f"{k.upper()}: {rec.runs[k].label}",
+    )
     return rec.runs[name]

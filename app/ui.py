@@ -2,6 +2,7 @@
 steps: live engine or recording, projector mode, one full-screen chart), the mode toggles,
 headline metrics and the export buttons. Words come from app/i18n.py, shareable state from
 app/state.py."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app import browser_view, i18n, recording, state
+from app import i18n, recording, state
 from app.browser_view import ORDER
 from app.client import EngineClient, EngineError, local_exports
 
@@ -29,7 +30,11 @@ h3, h3 * { font-size: 1.4rem !important; font-weight: 600 !important; }
 """
 STATUS_ICON = {"connected": ":green[●]", "connecting": ":orange[●]", "disconnected": ":red[●]"}
 LIVE = ("policy", "runner", "kv_layout", "max_slots", "chunk_budget", "kv_blocks", "prefix_cache")
-CHOICES = {"policy": ("static", "continuous", "chunked"), "runner": ("sync", "async"), "kv_layout": ("reserved", "paged")}
+CHOICES = {
+    "policy": ("static", "continuous", "chunked"),
+    "runner": ("sync", "async"),
+    "kv_layout": ("reserved", "paged"),
+}
 
 
 @st.cache_resource(show_spinner=False)
@@ -112,8 +117,16 @@ def _sidebar_engine(c: EngineClient, w: dict[str, str]) -> None:
     if c.error and c.status != "connected":
         st.caption(c.error)
     if c.hello:
-        st.caption(w["model_line"].format(model=c.hello.get("model", "?"), version=c.hello.get("version", "?")))
-        st.caption(w["device_line"].format(device=c.hello.get("device", "?"), name=c.hello.get("device_name", "?")))
+        st.caption(
+            w["model_line"].format(
+                model=c.hello.get("model", "?"), version=c.hello.get("version", "?")
+            )
+        )
+        st.caption(
+            w["device_line"].format(
+                device=c.hello.get("device", "?"), name=c.hello.get("device_name", "?")
+            )
+        )
     if exposed() and not os.environ.get("FLUXO_TOKEN"):
         st.caption(w["locked"])
     elif os.environ.get("FLUXO_TOKEN") or c.token or c.role != "presenter":
@@ -127,8 +140,15 @@ def _source(w: dict[str, str], needs_engine: bool) -> tuple[str, EngineClient | 
         c = client()
         state.put("src", "live" if c.status == "connected" else "rec")
         fallback = state.get("src") == "rec"
-    src = state.widget("src", "src", st.radio, w["source"], options=["live", "rec"], horizontal=True,
-                       format_func=lambda s: w["src_live" if s == "live" else "src_rec"])
+    src = state.widget(
+        "src",
+        "src",
+        st.radio,
+        w["source"],
+        options=["live", "rec"],
+        horizontal=True,
+        format_func=lambda s: w["src_live" if s == "live" else "src_rec"],
+    )
     c = client() if src == "live" or needs_engine else None
     return src, c, fallback
 
@@ -147,7 +167,6 @@ def _preload() -> None:
         st.select_slider("·", options=[0, 1], key="_pre_select_slider", disabled=True)
         st.slider("·", 0, 1, key="_pre_slider", disabled=True)
         st.number_input("·", 0, 1, key="_pre_number", disabled=True)
-        st.text_input("·", key="_pre_text", disabled=True)
         st.dataframe(pd.DataFrame({"·": [0]}), hide_index=True)
         st.code("·", language="toml")
         st.download_button("·", "·", key="_pre_download", disabled=True)
@@ -156,25 +175,40 @@ def _preload() -> None:
             st.caption("·")
 
 
-def page_setup(title: str, caption: str, caption_rec: str | None = None, needs_engine: bool = False) -> Ctx:
+def page_setup(
+    title: str, caption: str, caption_rec: str | None = None, needs_engine: bool = False
+) -> Ctx:
     """CSS, the sidebar (language, source, recording, projector, engine, role), title and caption.
     ``title``/``caption`` are keys of app/i18n.py's words."""
     st.markdown(CSS, unsafe_allow_html=True)
     with st.sidebar:
-        lang = state.widget("lang", "lang", st.radio, "idioma / language", options=list(i18n.LANGS), horizontal=True)
+        lang = state.widget(
+            "lang", "lang", st.radio, "idioma / language", options=list(i18n.LANGS), horizontal=True
+        )
         w = i18n.words(lang)
         src, c, fallback = _source(w, needs_engine)
         rec = state.choose_recording(w) if src == "rec" else None
-        projector = state.widget("projector", "projector", st.toggle, w["projector"], help=w["projector_help"])
-        chart = state.widget("chart", "chart", st.selectbox, w["chart_only"], options=list(CHARTS),
-                             format_func=lambda n: w["all_charts"] if n == "all" else w["chart_" + n])
+        projector = state.widget(
+            "projector", "projector", st.toggle, w["projector"], help=w["projector_help"]
+        )
+        chart = state.widget(
+            "chart",
+            "chart",
+            st.selectbox,
+            w["chart_only"],
+            options=list(CHARTS),
+            format_func=lambda n: w["all_charts"] if n == "all" else w["chart_" + n],
+        )
         st.caption(w["keys_hint"])
         if c is not None:
             _sidebar_engine(c, w)
         presenter = c is not None and is_presenter(c)
         if c is not None:
-            st.markdown(f"**{w['role']}:** " + (f":blue[{w['presenter']}]" if presenter else f":gray[{w['viewer']}]"))
-    _preload()
+            st.markdown(
+                f"**{w['role']}:** "
+                + (f":blue[{w['presenter']}]" if presenter else f":gray[{w['viewer']}]")
+            )
+        _preload()
     if projector:
         st.markdown(PROJECTOR_CSS, unsafe_allow_html=True)
     if chart != "all":
@@ -185,8 +219,10 @@ def page_setup(title: str, caption: str, caption_rec: str | None = None, needs_e
         st.title(w[title])
         st.caption(w[caption_rec] if src == "rec" and caption_rec else w[caption])
     if fallback:
-        st.warning(w["fallback"].format(url=os.environ.get("FLUXO_ENGINE_URL", "ws://127.0.0.1:8765")),
-                   icon=":material/cloud_off:")
+        st.warning(
+            w["fallback"].format(url=os.environ.get("FLUXO_ENGINE_URL", "ws://127.0.0.1:8765")),
+            icon=":material/cloud_off:",
+        )
     # Always one slot for the error, so what follows keeps its place in the page (the browser view
     # below is not remounted, and its connection is not reopened, when an error shows).
     slot = st.empty()
@@ -204,7 +240,9 @@ def send(c: EngineClient, type_: str, timeout: float = 10.0, **fields) -> dict |
     try:
         return c.request(type_, timeout=timeout, **fields)
     except EngineError as exc:
-        st.session_state["last_error"] = words()["error_said"].format(code=exc.code, message=exc.message)
+        st.session_state["last_error"] = words()["error_said"].format(
+            code=exc.code, message=exc.message
+        )
         return None
 
 
@@ -226,10 +264,14 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
             st.session_state[f"ctl_{name}"] = config[name]
     choices = [k for k in keys if k in CHOICES]
     numbers = [k for k in keys if k not in CHOICES]
-    cols = (st.columns(len(choices)) if choices else []) + (st.columns(len(numbers)) if numbers else [])
+    cols = (st.columns(len(choices)) if choices else []) + (
+        st.columns(len(numbers)) if numbers else []
+    )
     for col, name in zip(cols, choices + numbers):
         with col:
-            kw = dict(key=f"ctl_{name}", on_change=_on_toggle, args=(c, name), disabled=not presenter)
+            kw = dict(
+                key=f"ctl_{name}", on_change=_on_toggle, args=(c, name), disabled=not presenter
+            )
             if name in CHOICES:
                 st.radio(w[name], CHOICES[name], horizontal=True, **kw)
             elif name == "max_slots":
@@ -242,9 +284,16 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
                 st.toggle(w["prefix_cache"], help=w["prefix_help"], **kw)
 
 
-HEADLINE = (("m_throughput", "throughput"), ("m_ttft", "ttft_p50"), ("m_itl50", "itl_p50"), ("m_itl99", "itl_p99"),
-            ("m_slot_util", "slot_utilization"), ("m_dead", "dead_slot_fraction"), ("m_kv_waste", "kv_waste"),
-            ("m_busy", "busy_fraction"))
+HEADLINE = (
+    ("m_throughput", "throughput"),
+    ("m_ttft", "ttft_p50"),
+    ("m_itl50", "itl_p50"),
+    ("m_itl99", "itl_p99"),
+    ("m_slot_util", "slot_utilization"),
+    ("m_dead", "dead_slot_fraction"),
+    ("m_kv_waste", "kv_waste"),
+    ("m_busy", "busy_fraction"),
+)
 
 
 def headline(summary: dict, caption: str, lang: str) -> None:
@@ -266,7 +315,11 @@ def exports(c: EngineClient, key: str) -> None:
         for fmt in ("jsonl", "chrome"):
             answer = send(c, "export", timeout=30, format=fmt)
             if answer is not None:
-                data[fmt] = answer["data"] if isinstance(answer["data"], str) else json.dumps(answer["data"])
+                data[fmt] = (
+                    answer["data"]
+                    if isinstance(answer["data"], str)
+                    else json.dumps(answer["data"])
+                )
         if len(data) < 2:
             snap = c.snapshot()
             jsonl, trace = local_exports(snap.steps, snap.requests)
@@ -274,8 +327,20 @@ def exports(c: EngineClient, key: str) -> None:
         st.session_state[f"{key}_export"] = data
     data = st.session_state.get(f"{key}_export")
     if data:
-        cols[1].download_button(w["export_jsonl"], data["jsonl"], "fluxo-telemetry.jsonl", "application/jsonl",
-                                key=f"{key}_jl", icon=":material/download:")
-        cols[1].download_button(w["export_chrome"], data["chrome"], "fluxo-trace.json", "application/json",
-                                key=f"{key}_ct", icon=":material/download:")
+        cols[1].download_button(
+            w["export_jsonl"],
+            data["jsonl"],
+            "fluxo-telemetry.jsonl",
+            "application/jsonl",
+            key=f"{key}_jl",
+            icon=":material/download:",
+        )
+        cols[1].download_button(
+            w["export_chrome"],
+            data["chrome"],
+            "fluxo-trace.json",
+            "application/json",
+            key=f"{key}_ct",
+            icon=":material/download:",
+        )
     cols[2].caption(w["export_note"])

@@ -1,5 +1,6 @@
 """Compare: the same workload replayed under two configurations, side by side, with measured
 ratios; or a lesson's recorded comparison, played side by side with no engine."""
+
 import math
 
 import pandas as pd
@@ -11,10 +12,32 @@ ctx = ui.page_setup("cmp_title", "cmp_caption")
 w, lang = ctx.w, ctx.lang
 # Count-based ratios do not depend on how busy the machine was; wall-clock ones do.
 COUNT_RATIOS = ("tokens_per_step_b_over_a", "slot_steps_per_token_b_over_a")
-RATIO_KEYS = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "running_itl_max", "peak_running",
-              "decode_tput", "tokens_per_step", "slot_steps_per_token")
-TABLE_KEYS = ("throughput", "ttft_p50", "itl_p50", "itl_p99", "itl_max", "slot_utilization", "dead_slot_fraction",
-              "kv_waste", "busy_fraction", "peak_running", "steps", "wall_s")
+RATIO_KEYS = (
+    "throughput",
+    "ttft_p50",
+    "itl_p50",
+    "itl_p99",
+    "itl_max",
+    "running_itl_max",
+    "peak_running",
+    "decode_tput",
+    "tokens_per_step",
+    "slot_steps_per_token",
+)
+TABLE_KEYS = (
+    "throughput",
+    "ttft_p50",
+    "itl_p50",
+    "itl_p99",
+    "itl_max",
+    "slot_utilization",
+    "dead_slot_fraction",
+    "kv_waste",
+    "busy_fraction",
+    "peak_running",
+    "steps",
+    "wall_s",
+)
 PRESETS = {
     "static vs continuous": ("batching", {"policy": "static"}, {"policy": "continuous"}),
     "unchunked vs chunked": ("stall", {"policy": "continuous"}, {"policy": "chunked"}),
@@ -29,14 +52,28 @@ def run_live() -> dict | None:
     if c.snapshot(steps=0).state.get("comparing"):
         st.warning(w["cmp_held"], icon=":material/hourglass_top:")
     p1, p2 = st.columns([2, 1])
-    preset = p1.radio(w["cmp_what"], list(PRESETS), horizontal=True, key="cmp_preset", disabled=not presenter)
-    scale = p2.slider(w["cmp_scale"], 0.05, 1.0, 0.25, 0.05, key="cmp_scale", disabled=not presenter,
-                      help=w["cmp_scale_help"])
+    preset = p1.radio(
+        w["cmp_what"], list(PRESETS), horizontal=True, key="cmp_preset", disabled=not presenter
+    )
+    scale = p2.slider(
+        w["cmp_scale"],
+        0.05,
+        1.0,
+        0.25,
+        0.05,
+        key="cmp_scale",
+        disabled=not presenter,
+        help=w["cmp_scale_help"],
+    )
     workload, a_cfg, b_cfg = PRESETS[preset]
-    st.caption(w["cmp_line"].format(w=workload, a=i18n.settings(a_cfg, lang), b=i18n.settings(b_cfg, lang)))
+    st.caption(
+        w["cmp_line"].format(w=workload, a=i18n.settings(a_cfg, lang), b=i18n.settings(b_cfg, lang))
+    )
     if st.button(w["cmp_run"], key="cmp_run", type="primary", disabled=not presenter):
         with st.spinner(w["cmp_wait"]):
-            answer = ui.send(c, "compare", timeout=600, workload=workload, a=a_cfg, b=b_cfg, scale=scale)
+            answer = ui.send(
+                c, "compare", timeout=600, workload=workload, a=a_cfg, b=b_cfg, scale=scale
+            )
         if answer is not None:
             st.session_state["cmp_result"] = answer
         st.rerun()
@@ -59,9 +96,16 @@ def from_recording() -> dict | None:
         return None
     a, b = list(rec.runs.values())[:2]
     sa, sb = a.summary, b.summary
-    ratios = {f"{k}_b_over_a": _ratio(sb.get(k), sa.get(k)) for k in RATIO_KEYS if k in sa and k in sb}
-    st.caption(w["cmp_rec"].format(lesson=rec.meta.get("lesson", rec.source), w=rec.meta.get("workload", "?"),
-                                   scale=i18n.num(rec.meta.get("scale"), 2, lang)))
+    ratios = {
+        f"{k}_b_over_a": _ratio(sb.get(k), sa.get(k)) for k in RATIO_KEYS if k in sa and k in sb
+    }
+    st.caption(
+        w["cmp_rec"].format(
+            lesson=rec.meta.get("lesson", rec.source),
+            w=rec.meta.get("workload", "?"),
+            scale=i18n.num(rec.meta.get("scale"), 2, lang),
+        )
+    )
     side = lambda r: {"config": r.config, "summary": r.summary, "steps": r.steps, "label": r.label}  # noqa: E731
     return {"a": side(a), "b": side(b), "ratios": ratios, "replay": True}
 
@@ -74,7 +118,10 @@ def show_ratios(ratios: dict) -> None:
         key = name.removesuffix("_b_over_a")
         return f"{w.get('k_' + key, key.replace('_', ' '))} B/A"
 
-    for title, group in ((w["count_based"], counted), (w["wall_clock"] if counted else w["measured_ratios"], timed)):
+    for title, group in (
+        (w["count_based"], counted),
+        (w["wall_clock"] if counted else w["measured_ratios"], timed),
+    ):
         if not group:
             continue
         st.markdown(title)
@@ -91,8 +138,12 @@ def differs(result: dict, side: str) -> str:
 
 def table(result: dict) -> pd.DataFrame:
     """Metrics as rows, A and B as columns: every value with its unit, in the page's number format."""
-    rows = {w.get("k_" + k, k): {side: i18n.metric(k, result[side]["summary"].get(k), lang) for side in ("a", "b")}
-            for k in TABLE_KEYS}
+    rows = {
+        w.get("k_" + k, k): {
+            side: i18n.metric(k, result[side]["summary"].get(k), lang) for side in ("a", "b")
+        }
+        for k in TABLE_KEYS
+    }
     df = pd.DataFrame(rows).T
     df.columns = [f"A: {differs(result, 'a')}", f"B: {differs(result, 'b')}"]
     df.index.name = w["metric"]
@@ -116,13 +167,29 @@ for col, side in ((left, "a"), (right, "b")):
     with col:
         st.subheader(f"{side.upper()}: {differs(result, side)}")
         caption = w["run_steps"].format(side=side.upper(), n=i18n.num(len(steps), 0, lang))
-        kw = dict(lang=lang, projector=ctx.projector, names=ctx.charts, min_column=320, kv_height=200,
-                  caption=caption, height=1900)
+        kw = dict(
+            lang=lang,
+            projector=ctx.projector,
+            names=ctx.charts,
+            min_column=320,
+            kv_height=200,
+            caption=caption,
+            height=1900,
+        )
         if result.get("replay"):  # both sides play together (one player moves the other)
-            got = browser_view.replay(steps, (), key=f"cmp_view_{side}", at=state.get("at"),
-                                      speed=state.get("speed"), sync="compare", **kw)
+            got = browser_view.replay(
+                steps,
+                (),
+                key=f"cmp_view_{side}",
+                at=state.get("at"),
+                speed=state.get("speed"),
+                sync="compare",
+                **kw,
+            )
             if got and got.get("at") is not None:
                 state.put("at", got["at"])
         else:  # a replay is synthetic: nobody's own chat is in it
-            browser_view.recorded(steps, (), key=f"cmp_view_{side}", windows={"slots": 400, "stalls": 400}, **kw)
+            browser_view.recorded(
+                steps, (), key=f"cmp_view_{side}", windows={"slots": 400, "stalls": 400}, **kw
+            )
 state.write_url()

@@ -1,5 +1,6 @@
 """Step by step: pause the engine, advance one step, walk back and forth through the record; or
 walk through a recorded run the same way (Page Down / Page Up on a clicker)."""
+
 import time
 
 import pandas as pd
@@ -16,11 +17,19 @@ def engine_controls(c, presenter: bool) -> None:
     st_ = c.snapshot(steps=0).state
     paused = bool(st_.get("paused"))
     b1, b2, b3, b4 = st.columns([1, 1, 1, 3])
-    if b1.button(w["pause"], key="pause", icon=":material/pause:", disabled=not presenter or paused):
+    if b1.button(
+        w["pause"], key="pause", icon=":material/pause:", disabled=not presenter or paused
+    ):
         ui.send(c, "pause")
         st.rerun()
-    if b2.button(w["step_once"], key="step_once", icon=":material/skip_next:", disabled=not presenter,
-                 type="primary", help=w["step_once_help"]):
+    if b2.button(
+        w["step_once"],
+        key="step_once",
+        icon=":material/skip_next:",
+        disabled=not presenter,
+        type="primary",
+        help=w["step_once_help"],
+    ):
         before = c.snapshot(steps=1).steps
         answer = ui.send(c, "step")
         # The answer can overtake the step's own record on the wire (or be an older state
@@ -33,11 +42,22 @@ def engine_controls(c, presenter: bool) -> None:
             time.sleep(0.05)
         state.put("at", None)  # follow the newest step
         st.rerun()
-    if b3.button(w["resume"], key="resume", icon=":material/play_arrow:", disabled=not presenter or not paused):
+    if b3.button(
+        w["resume"],
+        key="resume",
+        icon=":material/play_arrow:",
+        disabled=not presenter or not paused,
+    ):
         ui.send(c, "resume")
         st.rerun()
-    b4.markdown(w["engine_line"].format(state=w["paused" if paused else "running"], step=st_.get("step", 0),
-                                        queue=st_.get("queue_len", 0), running=st_.get("running", 0)))
+    b4.markdown(
+        w["engine_line"].format(
+            state=w["paused" if paused else "running"],
+            step=st_.get("step", 0),
+            queue=st_.get("queue_len", 0),
+            running=st_.get("running", 0),
+        )
+    )
 
 
 def pick_step(steps: list[dict]) -> int:
@@ -52,8 +72,12 @@ def pick_step(steps: list[dict]) -> int:
     if n3.button(w["forward"], key="fwd"):
         i = min(len(numbers) - 1, i + 1)
     st.session_state["step_at"] = numbers[i]
-    at = n2.select_slider(w["recorded_step"], options=numbers, key="step_at",
-                          on_change=lambda: state.put("at", st.session_state["step_at"]))
+    at = n2.select_slider(
+        w["recorded_step"],
+        options=numbers,
+        key="step_at",
+        on_change=lambda: state.put("at", st.session_state["step_at"]),
+    )
     state.put("at", at)
     return numbers.index(at)
 
@@ -65,20 +89,37 @@ def batch_table(rec: dict, upto: list[dict], people: set[int]) -> pd.DataFrame:
     for s in rec["slots"]:
         rid = s["request"]
         tok = held.get(rid)
-        rows.append({w["col_slot"]: s["slot"], w["col_request"]: "" if rid is None else f"#{rid}",
-                     w["col_who"]: "" if rid is None else w["person" if rid in people else "traffic_who"],
-                     w["col_phase"]: charts._phase(s), w["col_tokens"]: s["tokens"],
-                     w["col_kv_tokens"]: tok, w["col_kv_blocks"]: None if tok is None else -(-tok // bs)})
+        rows.append(
+            {
+                w["col_slot"]: s["slot"],
+                w["col_request"]: "" if rid is None else f"#{rid}",
+                w["col_who"]: ""
+                if rid is None
+                else w["person" if rid in people else "traffic_who"],
+                w["col_phase"]: charts._phase(s),
+                w["col_tokens"]: s["tokens"],
+                w["col_kv_tokens"]: tok,
+                w["col_kv_blocks"]: None if tok is None else -(-tok // bs),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def what_happened(rec: dict, requests: list[dict]) -> None:
     kv = rec["kv"]
-    st.markdown(w["kv_line"].format(used=kv["blocks_used"], total=kv["blocks_total"], stored=kv["tokens_stored"],
-                                    alloc=kv["tokens_allocated"]))
+    st.markdown(
+        w["kv_line"].format(
+            used=kv["blocks_used"],
+            total=kv["blocks_total"],
+            stored=kv["tokens_stored"],
+            alloc=kv["tokens_allocated"],
+        )
+    )
     st.markdown(w["queue_line"].format(n=rec["queue_len"]))
     by_id = {r["id"]: r for r in requests}
-    cached = {int(k): v for k, v in (rec.get("admitted_cached") or {}).items()}  # JSON keys are strings
+    cached = {
+        int(k): v for k, v in (rec.get("admitted_cached") or {}).items()
+    }  # JSON keys are strings
     for rid in rec["admitted"]:
         cheap = w["cached_note"].format(n=cached[rid]) if cached.get(rid) else ""
         st.success(w["admitted"].format(rid=rid, why=w.get("why_" + rec["policy"], "") + cheap))
@@ -118,18 +159,35 @@ if not steps:
 i = pick_step(steps)
 rec, upto = steps[i], steps[: i + 1]
 ms = i18n.num(1000 * (rec["t_end"] - rec["t_start"]), 1, lang)
-st.subheader(w["step_head"].format(step=rec["step"], policy=rec["policy"], runner=rec["runner"], ms=ms))
+st.subheader(
+    w["step_head"].format(step=rec["step"], policy=rec["policy"], runner=rec["runner"], ms=ms)
+)
 left, right = st.columns([3, 2], gap="large")
 with left:
     st.markdown(f"**{w['batch']}**")
-    st.dataframe(batch_table(rec, upto, people), hide_index=True, width="stretch",
-                 height=min(40 + 36 * len(rec["slots"]), 600))
+    st.dataframe(
+        batch_table(rec, upto, people),
+        hide_index=True,
+        width="stretch",
+        height=min(40 + 36 * len(rec["slots"]), 600),
+    )
 with right:
     what_happened(rec, requests)
 
 # Drawn in the browser from the records up to this step (sent again only when the step changes).
-browser_view.recorded(upto[-600:], people, names=("slots", "kv"), key="step_view", windows={"slots": 60},
-                      overview=False, slot_height=260, kv_height=220, slot_title=w["slots_upto"],
-                      caption=w["steps_upto"].format(step=rec["step"]), height=900, lang=lang,
-                      projector=ctx.projector)
+browser_view.recorded(
+    upto[-600:],
+    people,
+    names=("slots", "kv"),
+    key="step_view",
+    windows={"slots": 60},
+    overview=False,
+    slot_height=260,
+    kv_height=220,
+    slot_title=w["slots_upto"],
+    caption=w["steps_upto"].format(step=rec["step"]),
+    height=900,
+    lang=lang,
+    projector=ctx.projector,
+)
 state.write_url()

@@ -2,7 +2,7 @@
 
 A lesson's first ``[compare]`` runs both of its configurations on SmolLM2 through the lesson
 machinery (``engine.lab.scenario.measure``: fresh engines sharing the weights, the canonical
-seeded workload) at half the comparison's scale, and the records are written to
+seeded workload) at 0.35 of the comparison's scale, and the records are written to
 ``lessons/NN-*/recording.jsonl``. The page (``app/recording.py``) opens it with no engine and no
 model: a teacher can show the lesson on any laptop, and the Live page falls back to it when the
 engine is unreachable.
@@ -13,6 +13,7 @@ The format is the page's own JSON lines export (one ``{"type": "step", ...}`` or
 step and request line says its ``run``. To stay small (a few hundred KB a lesson) each run keeps
 its first ``MAX_STEPS`` steps, and times are rounded to 10 microseconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.lab.scenario import SPECS, compares, engine_config, lesson_dir, lesson_dirs, load, measure
+from engine.lab.scenario import (
+    SPECS,
+    compares,
+    engine_config,
+    lesson_dir,
+    lesson_dirs,
+    load,
+    measure,
+)
 
 FORMAT, VERSION = "fluxo-recording", 1
 MAX_STEPS = 160  # per run: the start of a run holds its admissions, the part a lesson talks about
-SCALE_FACTOR = 0.35 # of the [compare]'s own scale: a short recording, the same effect
+SCALE_FACTOR = 0.35  # of the [compare]'s own scale: a short recording, the same effect
 DIGITS = 5  # seconds rounded to 10 us
 
 
@@ -45,7 +54,9 @@ def _round(x: Any) -> Any:
 
 def _label(config: dict[str, Any], other: dict[str, Any]) -> str:
     """What sets a run apart: the settings of its side of the [compare]."""
-    return ", ".join(f"{k}={v}" for k, v in config.items()) or ", ".join(f"{k}=default" for k in other)
+    return ", ".join(f"{k}={v}" for k, v in config.items()) or ", ".join(
+        f"{k}=default" for k in other
+    )
 
 
 def record_lesson(model, tok, folder: Path) -> Path:
@@ -55,11 +66,26 @@ def record_lesson(model, tok, folder: Path) -> Path:
     spec = SPECS[cmp_["workload"]]
     scale = max(0.05, float(cmp_.get("scale", 1.0)) * SCALE_FACTOR)
     meta = scenario["lesson"]
-    lines = [{"type": "recording", "format": FORMAT, "version": VERSION, "lesson": folder.name,
-              "number": meta["number"], "title_en": meta["title_en"], "title_pt": meta["title_pt"],
-              "workload": cmp_["workload"], "scale": scale, "ratio": cmp_.get("ratio", "throughput_b_over_a"),
-              "model": "smollm2", "device": "cpu", "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "load": round(os.getloadavg()[0], 1), "runs": ["a", "b"], "max_steps": MAX_STEPS}]
+    lines = [
+        {
+            "type": "recording",
+            "format": FORMAT,
+            "version": VERSION,
+            "lesson": folder.name,
+            "number": meta["number"],
+            "title_en": meta["title_en"],
+            "title_pt": meta["title_pt"],
+            "workload": cmp_["workload"],
+            "scale": scale,
+            "ratio": cmp_.get("ratio", "throughput_b_over_a"),
+            "model": "smollm2",
+            "device": "cpu",
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load": round(os.getloadavg()[0], 1),
+            "runs": ["a", "b"],
+            "max_steps": MAX_STEPS,
+        }
+    ]
     for side in ("a", "b"):
         # One torch thread: on a shared 2-core machine (load ~12 here) a team of two spins.
         config = {**engine_config(spec["engine"], cmp_.get(side, {})), "threads": 1}
@@ -68,18 +94,30 @@ def record_lesson(model, tok, folder: Path) -> Path:
         t_last = steps[-1]["t_end"] if steps else 0.0
         requests = [r for r in res["requests"] if r["arrival"] <= t_last]
         other = cmp_.get("b" if side == "a" else "a", {})
-        lines.append({"type": "run", "run": side, "label": _label(cmp_.get(side, {}), other),
-                      "config": res["config"], "summary": res["summary"], "steps_total": len(res["steps"]),
-                      "steps_kept": len(steps)})
+        lines.append(
+            {
+                "type": "run",
+                "run": side,
+                "label": _label(cmp_.get(side, {}), other),
+                "config": res["config"],
+                "summary": res["summary"],
+                "steps_total": len(res["steps"]),
+                "steps_kept": len(steps),
+            }
+        )
         lines += [{"type": "step", "run": side, **s} for s in steps]
         lines += [{"type": "request", "run": side, **r} for r in requests]
     path = folder / "recording.jsonl"
-    path.write_text("".join(json.dumps(_round(line), separators=(",", ":")) + "\n" for line in lines))
+    path.write_text(
+        "".join(json.dumps(_round(line), separators=(",", ":")) + "\n" for line in lines)
+    )
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.lab.recordings", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m engine.lab.recordings", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("which", nargs="?", default="all", help="a lesson number, or all (default)")
     args = ap.parse_args(argv)
     from engine.core import device
@@ -87,13 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     from engine.lab.replay import warm_up
 
     folders = lesson_dirs() if args.which == "all" else [lesson_dir(int(args.which))]
-    folders = [f for f in folders if (f / "scenario.toml").exists() and compares(load(f / "scenario.toml"))]
+    folders = [
+        f for f in folders if (f / "scenario.toml").exists() and compares(load(f / "scenario.toml"))
+    ]
     model, tok = device.run(load_model, "smollm2", "float32")
     warm_up(model, tok)
     for folder in folders:
         t = time.perf_counter()
         path = record_lesson(model, tok, folder)
-        print(f"{folder.name}: {path.stat().st_size / 1024:.0f} KB in {time.perf_counter() - t:.1f} s", flush=True)
+        print(
+            f"{folder.name}: {path.stat().st_size / 1024:.0f} KB in {time.perf_counter() - t:.1f} s",
+            flush=True,
+        )
     return 0
 
 

@@ -1,6 +1,7 @@
 """The page's words in English and Portuguese (app/i18n.py): every key in both languages with the
 same fields, every word the pages and the browser view ask for exists, numbers in the language's
 format, the Compare table's values and configs readable."""
+
 from __future__ import annotations
 
 import re
@@ -42,10 +43,17 @@ def test_every_word_the_page_asks_for_exists():
     assert js <= view, js - view  # the browser view gets every word it shows
 
 
-@pytest.mark.parametrize("value, digits, en, pt", [
-    (1234.5, 1, "1,234.5", "1.234,5"), (16.5884, 2, "16.59", "16,59"), (0, 0, "0", "0"),
-    (1_000_000, 0, "1,000,000", "1.000.000"), (None, 1, "—", "—"), (float("nan"), 1, "—", "—"),
-])
+@pytest.mark.parametrize(
+    "value, digits, en, pt",
+    [
+        (1234.5, 1, "1,234.5", "1.234,5"),
+        (16.5884, 2, "16.59", "16,59"),
+        (0, 0, "0", "0"),
+        (1_000_000, 0, "1,000,000", "1.000.000"),
+        (None, 1, "—", "—"),
+        (float("nan"), 1, "—", "—"),
+    ],
+)
 def test_numbers_in_the_language(value, digits, en, pt):
     assert i18n.num(value, digits, "en") == en and i18n.num(value, digits, "pt-BR") == pt
 
@@ -55,13 +63,28 @@ def test_metrics_read_with_units():
     assert i18n.metric("ttft_p50", 0.4567, "en") == "457 ms"
     assert i18n.metric("dead_slot_fraction", 0.375, "pt-BR") == "38%"
     assert i18n.metric("throughput_b_over_a", 2.3456, "pt-BR") == "2,35×"
-    assert i18n.metric("wall_s", 12.25, "pt-BR") == "12,2 s" or i18n.metric("wall_s", 12.25, "pt-BR") == "12,3 s"
+    assert (
+        i18n.metric("wall_s", 12.25, "pt-BR") == "12,2 s"
+        or i18n.metric("wall_s", 12.25, "pt-BR") == "12,3 s"
+    )
 
 
 def test_configs_read_as_settings():
-    config = {"device": "cpu", "max_slots": 8, "policy": "static", "kv_layout": "paged", "fill_timeout_s": 0.0}
-    assert i18n.settings(config, "en") == "slots 8 · policy static · kv layout paged · fill timeout s 0.0"
-    assert i18n.settings(config, "pt-BR") == "slots 8 · política static · layout do KV paged · fill timeout s 0,0"
+    config = {
+        "device": "cpu",
+        "max_slots": 8,
+        "policy": "static",
+        "kv_layout": "paged",
+        "fill_timeout_s": 0.0,
+    }
+    assert (
+        i18n.settings(config, "en")
+        == "slots 8 · policy static · kv layout paged · fill timeout s 0.0"
+    )
+    assert (
+        i18n.settings(config, "pt-BR")
+        == "slots 8 · política static · layout do KV paged · fill timeout s 0,0"
+    )
 
 
 def test_chart_words_in_portuguese_leave_the_data_alone():

@@ -1,5 +1,6 @@
 """The phase colours stay apart for colour-blind viewers (app/palette.py: Machado et al. 2009
 simulation, CIELAB distance), and every chart uses them."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ def test_simulation_is_the_published_one():
         r, g, b = palette.simulate(grey, "protanopia")
         assert abs(r - g) < 0.02 and abs(g - b) < 0.02
     assert palette.distance("#ff0000", "#00ff00", "normal") > 150
-    assert palette.distance("#cc3333", "#669933", "deuteranopia") < 0.3 * palette.distance("#cc3333", "#669933")
+    assert palette.distance("#cc3333", "#669933", "deuteranopia") < 0.3 * palette.distance(
+        "#cc3333", "#669933"
+    )
 
 
 def test_every_chart_uses_the_phase_colours():

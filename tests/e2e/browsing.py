@@ -1,4 +1,5 @@
 """What the browser tests share: where Chromium is, its flags, the view's frame, waiting."""
+
 from __future__ import annotations
 
 import time
@@ -6,13 +7,18 @@ from pathlib import Path
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 VIEW = "iframe[src*='fluxo_view']"
 # The lessons' [compare] tables run from the page at a quarter of their scale on the tiny model:
 # every one of them still runs, in one action per lesson.
 COMPARE_SCALE = "0.25"
-
 
 
 def wait(fn, timeout: float = 30.0, every: float = 0.2):

@@ -1,6 +1,7 @@
 """One lab per test session for every browser test: a real engine (tiny model) and the real page,
 plus a page with no engine at all (replay), and one Chromium. Starting a lab costs ~15-30 s on a
 shared 2-core machine; each e2e file used to start its own."""
+
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,10 @@ from app.client import EngineClient  # noqa: E402
 
 def pytest_collection_modifyitems(items):
     if not CHROMIUM.exists():
-        skip = pytest.mark.skip(reason="Debian chromium is not installed at /usr/bin/chromium "
-                                "(.ci/run installs it with apt-get)")
+        skip = pytest.mark.skip(
+            reason="Debian chromium is not installed at /usr/bin/chromium "
+            "(.ci/run installs it with apt-get)"
+        )
         for item in items:
             if "browser" in getattr(item, "fixturenames", ()):
                 item.add_marker(skip)
@@ -41,7 +44,9 @@ def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
     engine, ws_url = start_engine(tmp, "--slots", "8")
     try:
-        page, http_url = start_streamlit(tmp, ws_url, env_extra={"FLUXO_COMPARE_SCALE": COMPARE_SCALE})
+        page, http_url = start_streamlit(
+            tmp, ws_url, env_extra={"FLUXO_COMPARE_SCALE": COMPARE_SCALE}
+        )
     except Exception:
         stop(engine)
         raise

@@ -37,7 +37,7 @@ def loopback_page():
 
 
 def _texts(at: AppTest) -> str:
-    return "\n".join(str(m.value) for m in at.markdown) + "\n".join(e.label for e in at.expander)
+    return "\n".join(str(m.value) for m in at.markdown) + "\n".join(e.label for e in at.main.expander)
 
 
 def _lesson_page(url: str, monkeypatch) -> AppTest:
@@ -60,7 +60,7 @@ def test_a_viewer_never_gets_an_answer_key(tmp_path, monkeypatch, loopback_page)
                 at.selectbox(key="lesson_name").select_index(i).run()
                 assert not at.exception and at.selectbox(key="lesson_name").value == LESSONS[i].name
                 text = _texts(at)
-                assert len(at.expander) == 0, name
+                assert len(at.main.expander) == 0, name
                 for heading in TEACHER_ONLY:
                     assert heading not in text, (lang, name, heading)
     finally:
@@ -77,7 +77,7 @@ def test_the_presenter_gets_the_teacher_part(tmp_path, monkeypatch, loopback_pag
         for i, path in enumerate(LESSONS):
             at.selectbox(key="lesson_name").select_index(i).run()
             assert at.selectbox(key="lesson_name").value == path.name
-            assert len(at.expander) == 1 and "Answer key" in _texts(at), path.name
+            assert len(at.main.expander) == 1 and "Answer key" in _texts(at), path.name
         at.radio(key="lang").set_value("pt-BR").run()
         at.selectbox(key="lesson_name").select_index(0).run()
         assert at.selectbox(key="lesson_name").options[0] == "0 · Anatomia de uma requisição"
@@ -87,7 +87,7 @@ def test_the_presenter_gets_the_teacher_part(tmp_path, monkeypatch, loopback_pag
         assert not at.exception and not at.error, [e.value for e in at.exception] + [e.value for e in at.error]
         done = at.session_state["lesson_compare_result"]
         assert done["lesson"] == LESSONS[0].name and len(done["results"]) == 1
-        assert done["results"][0]["value"] is not None and len(at.dataframe) == 1
+        assert done["results"][0]["value"] is not None and len(at.main.dataframe) == 1
     finally:
         stop(proc)
 
@@ -112,7 +112,7 @@ def test_every_compare_of_every_lesson_runs_from_the_page(lab, browser):
         t0 = time.time()
         page.get_by_role("button", name="Run this lesson's comparison").click()
         expect(page.get_by_text("Comparison done")).to_be_visible(timeout=600_000)
-        table = page.locator('[data-testid="stDataFrame"]').first
+        table = page.locator('[data-testid="stMain"] [data-testid="stDataFrame"]').first
         expect(table).to_be_visible()
         rows = table.locator('[role="row"]')  # header + one row per comparison
         expect(rows).to_have_count(len(compares(scenario)) + 1)

@@ -4,6 +4,7 @@ view, language, recording and step, so a copied link reopens the same picture; t
 keys (Page Down / Page Up, space, ?) work; projector mode shows one large chart. Screenshots in
 pt-BR and in projector mode go to tests/artifacts/ (08-replay-pt-BR.png, 09-projector.png,
 10-step-pt-BR.png, 11-compare-replay.png)."""
+
 from __future__ import annotations
 
 import re
@@ -34,9 +35,12 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
     expect(page.get_by_role("heading", name="Ao vivo")).to_be_visible()
     expect(page.get_by_text("não responde: mostrando uma gravação")).to_be_visible()
     frame = view(page)
-    frame.wait_for_function("() => fluxo.mode === 'replay' && fluxo.all.length > 50 && fluxo.renders > 0")
-    assert frame.evaluate("() => fluxo.ws") is None and sorted(frame.evaluate("() => Object.keys(fluxo.views)")) == [
-        "kv", "lanes", "slots", "stalls"]
+    frame.wait_for_function(
+        "() => fluxo.mode === 'replay' && fluxo.all.length > 50 && fluxo.renders > 0"
+    )
+    assert frame.evaluate("() => fluxo.ws") is None and sorted(
+        frame.evaluate("() => Object.keys(fluxo.views)")
+    ) == ["kv", "lanes", "slots", "stalls"]
     total = frame.evaluate("() => fluxo.all.length")
     frame.locator("#rp-speed").select_option("8")
     frame.locator("#rp-play").click()  # from the end, play starts again at the first step
@@ -46,16 +50,26 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
     frame.wait_for_function("() => !fluxo.player.playing")
     at = step_shown(frame)
     assert 5 <= frame.evaluate("() => fluxo.player.cursor") < total - 1
-    assert frame.evaluate("() => fluxo.buffer.length") == frame.evaluate("() => fluxo.player.cursor") + 1
-    page.wait_for_function(f"() => location.search.includes('at={at}')")  # paused: the step is in the URL
-    assert params(page.url) | {"at": str(at)} == params(page.url) and params(page.url)["lang"] == "pt-BR"
+    assert (
+        frame.evaluate("() => fluxo.buffer.length")
+        == frame.evaluate("() => fluxo.player.cursor") + 1
+    )
+    page.wait_for_function(
+        f"() => location.search.includes('at={at}')"
+    )  # paused: the step is in the URL
+    assert (
+        params(page.url) | {"at": str(at)} == params(page.url)
+        and params(page.url)["lang"] == "pt-BR"
+    )
     expect(frame.locator("#rp-pos")).to_contain_text(f"passo {at} ·")
     page.screenshot(path=str(ARTIFACTS / "08-replay-pt-BR.png"))
 
     # Step by step opens at the same step; Page Down / Page Up walk the recorded steps.
     page.get_by_role("link", name="Passo a passo").click()
     expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at} ·"))).to_be_visible()
-    page.wait_for_function("() => document.querySelector('.st-key-fwd button') && window.__fluxoKeysReady")
+    page.wait_for_function(
+        "() => document.querySelector('.st-key-fwd button') && window.__fluxoKeysReady"
+    )
     page.wait_for_timeout(1000)  # the page's keys frame settles (Streamlit may replace it)
     page.keyboard.press("PageDown")
     expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible()
@@ -63,7 +77,9 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
     expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 2} ·"))).to_be_visible()
     page.keyboard.press("PageUp")
     expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible()
-    page.wait_for_function(f"() => location.search.includes('at={at + 1}') && location.pathname.endsWith('/step')")
+    page.wait_for_function(
+        f"() => location.search.includes('at={at + 1}') && location.pathname.endsWith('/step')"
+    )
     expect(page.get_by_text("Composição do lote")).to_be_visible()
     page.keyboard.press("?")  # the keys' help, over the page
     expect(page.locator("#fluxo-keys-help")).to_contain_text("Teclas de apresentação")
@@ -77,7 +93,9 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
     expect(page.get_by_role("heading", name=re.compile("^A: política static"))).to_be_visible()
     a, b = view(page, 0), view(page, 1)
     for f in (a, b):
-        f.wait_for_function("() => fluxo.mode === 'replay' && Object.keys(fluxo.views).length === 4")
+        f.wait_for_function(
+            "() => fluxo.mode === 'replay' && Object.keys(fluxo.views).length === 4"
+        )
     a.locator("#rp-start").click()
     a.locator("#rp-speed").select_option("8")
     a.locator("#rp-play").click()
@@ -92,7 +110,9 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
     ctx = browser.new_context(viewport={"width": 1500, "height": 1400})
     fresh = ctx.new_page()
     fresh.goto(link)
-    expect(fresh.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible(timeout=60_000)
+    expect(fresh.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible(
+        timeout=60_000
+    )
     assert params(fresh.url)["rec"] == REC and params(fresh.url)["lang"] == "pt-BR"
     ctx.close()
 
@@ -114,19 +134,3 @@ def test_projector_mode_shows_one_large_chart(offline, browser):
     page.screenshot(path=str(ARTIFACTS / "09-projector.png"))
     page.close()
 
-
-def test_page_down_walks_the_lesson_sections(offline, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(f"{offline}/lessons?lang=en&lesson={REC}")
-    page.get_by_role("heading", name="The oven vs the flow").first.wait_for(timeout=60_000)
-    page.wait_for_function("() => window.__fluxoKeysReady", timeout=60_000)
-    page.wait_for_timeout(1000)
-    tops = "() => Array.from(document.querySelectorAll('[data-testid=stMain] h2')).map(h => " \
-           "Math.round(h.getBoundingClientRect().top))"
-    before = page.evaluate(tops)
-    page.locator("h1").first.click()
-    page.keyboard.press("PageDown")
-    page.wait_for_function(f"() => ({tops})().some(t => Math.abs(t) < 30)")
-    after = page.evaluate(tops)
-    assert after != before and any(abs(t) < 30 for t in after), (before, after)
-    page.close()
