@@ -102,6 +102,9 @@ def commands(
         str(args.page_port),
         "--browser.gatherUsageStats",
         "false",
+        # the charts' colours are chosen for a light page: never follow the OS into dark mode
+        "--theme.base",
+        "light",
     ]
     return engine, page
 
