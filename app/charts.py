@@ -64,6 +64,9 @@ DATASETS = {"slots": ("spans", "queue", "overview"), "stalls": ("prefill", "admi
 FONT = 16  # readable from the back of a classroom
 
 
+# Steps are whole numbers: integer ticks, never "1,0 2,0" (pt-BR) or "1.5".
+STEP_AXIS = {"format": "d", "tickMinStep": 1}
+
 def _scale(colors: dict[str, str], domain: Sequence[str]) -> dict:
     return {"domain": list(domain), "range": [colors[k] for k in domain]}
 
@@ -215,7 +218,8 @@ def slot_chart(steps: Sequence[Record], people: Iterable[int] = (), last: int = 
         "title": {"text": title, "subtitle": "one bar per (slot, request, phase) span · black outline: people's chats"},
         "mark": {"type": "bar", "height": {"band": 0.85}},
         "encoding": {
-            "x": {"field": "start", "type": "quantitative", "title": "step", "scale": xs},
+            "x": {"field": "start", "type": "quantitative", "title": "step",
+             "axis": STEP_AXIS, "scale": xs},
             "x2": {"field": "end"},
             "y": {"field": "slot", "type": "ordinal", "title": "slot", "axis": {"labelFontSize": FONT - 4 if many else FONT}},
             "color": {"field": "phase", "type": "nominal", "scale": _scale(PHASE_COLORS, PHASES), "title": "phase"},
@@ -227,7 +231,8 @@ def slot_chart(steps: Sequence[Record], people: Iterable[int] = (), last: int = 
     queue = {
         "data": _data(queue_rows, "queue", named), "height": 80, "width": "container",
         "mark": {"type": "area", "color": "#868E96", "opacity": 0.6, "interpolate": "step-after"},
-        "encoding": {"x": {"field": "step", "type": "quantitative", "title": "step", "scale": xs},
+        "encoding": {"x": {"field": "step", "type": "quantitative", "title": "step",
+             "axis": STEP_AXIS, "scale": xs},
                      "y": {"field": "queue", "type": "quantitative", "title": "queue", "axis": {"format": "d", "tickMinStep": 1},
                            "scale": {"domainMin": 0, "nice": True}},
                      "tooltip": _tip("step:Q", "queue:Q")},
@@ -339,12 +344,14 @@ def stall_chart(steps: Sequence[Record], last: int = 300, height: int = 300, tit
     ``named``: datasets ``prefill``, ``admissions``, ``machine``, ``itl_lines``."""
     if named:
         rows: list[Record] = []
-        x = {"field": "step", "type": "quantitative", "title": "step", "scale": {"nice": False, "zero": False}}
+        x = {"field": "step", "type": "quantitative", "title": "step",
+             "axis": STEP_AXIS, "scale": {"nice": False, "zero": False}}
     else:
         rows = itl_per_step(steps)
         rows = rows[-last:] if last else rows
         lo, hi = (rows[0]["step"], rows[-1]["step"] + 1) if rows else (0, 1)
-        x = {"field": "step", "type": "quantitative", "title": "step", "scale": {"domain": [lo, hi], "nice": False, "zero": False}}
+        x = {"field": "step", "type": "quantitative", "title": "step",
+             "axis": STEP_AXIS, "scale": {"domain": [lo, hi], "nice": False, "zero": False}}
     marks = None if named else admission_markers(rows)
     tip = _tip("step:Q", "admitted:Q", "requests:N", "prefill_tokens:Q", "cached_tokens:Q", "stall:N")
     orange = PHASE_COLORS["prefill"]
@@ -483,7 +490,8 @@ def kv_chart(steps: Sequence[Record], last: int = 2000, height: int = 260, title
         "data": _data(None if named else kv_series(win), "kv_series", named), "height": height, "width": 520,
         "title": {"text": title, "subtitle": "tokens stored · shared · allocated but unused · cached · free"},
         "mark": {"type": "area", "interpolate": "step-after"},
-        "encoding": {"x": {"field": "step", "type": "quantitative", "title": "step", "scale": {"nice": False, "zero": False}},
+        "encoding": {"x": {"field": "step", "type": "quantitative", "title": "step",
+             "axis": STEP_AXIS, "scale": {"nice": False, "zero": False}},
                      "y": {"field": "tokens", "type": "quantitative", "stack": "zero", "title": "KV tokens"},
                      "color": kv_color, "order": {"field": "order", "type": "quantitative"},
                      "tooltip": _tip("step:Q", "state:N", "tokens:Q")},
