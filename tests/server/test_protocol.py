@@ -150,9 +150,12 @@ def test_subscribe_history_steps_metrics_and_pause_step_resume(serve):
             metrics["summary"]["useful_tokens"] > 0
             and 0 <= metrics["summary"]["busy_fraction"] <= 1
         )
-        ended = await w.until(
-            lambda m: m["type"] == "request" and m["record"]["id"] == done["request"]
-        )
+        # The request's record may have come before the metrics message (waiting for that one
+        # read past it): look at what the watcher has seen first.
+        def is_end(m: dict) -> bool:
+            return m["type"] == "request" and m["record"]["id"] == done["request"]
+
+        ended = next((m for m in w.seen if is_end(m)), None) or await w.until(is_end)
         assert ended["record"]["status"] == "finished"
 
     asyncio.run(main())
