@@ -1,6 +1,7 @@
 """The package layers (docs/architecture.md): the engine core imports no other layer, the server
 never imports the lab, workloads stand on the core alone, and no module imports itself back
 through any chain of imports (function-level imports included)."""
+
 from __future__ import annotations
 
 import ast
@@ -66,15 +67,18 @@ def layer(name: str) -> str:
 def graph() -> dict[str, set[str]]:
     mods = modules()
     known = set(mods)
-    return {m: {d for d in imports(p, known) if d != m and not m.startswith(d + ".")}
-            for m, p in mods.items()}
+    return {
+        m: {d for d in imports(p, known) if d != m and not m.startswith(d + ".")}
+        for m, p in mods.items()
+    }
 
 
 def test_every_import_respects_the_layers():
     bad = []
     for mod, deps in graph().items():
         own = layer(mod)
-        bad += [f"{mod} imports {d[8:]}, which is no module" for d in deps if d.startswith("missing:")]
+        stale = [d[len("missing:") :] for d in deps if d.startswith("missing:")]
+        bad += [f"{mod} imports {name}, which is no module" for name in stale]
         for dep in (d for d in deps if not d.startswith("missing:")):
             other = layer(dep)
             if other != own and other not in ALLOWED[own]:
