@@ -10,6 +10,7 @@ loop and wait for the server's answer (or raise :class:`EngineError` with the se
 One client per Streamlit server process (``app/ui.py`` caches it with ``st.cache_resource``), so
 a classroom of browsers costs the engine one telemetry subscriber.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,8 +29,16 @@ DEFAULT_URL = "ws://127.0.0.1:8765"
 # What answers each presenter/viewer message (the first message of these types after sending it,
 # or an ``error`` carrying its ``ref``).
 ANSWERS = {
-    "control": {"state"}, "pause": {"state"}, "resume": {"state"}, "step": {"state"}, "traffic": {"state"},
-    "reset": {"state"}, "auth": {"state"}, "export": {"export"}, "compare": {"compare"}, "unsubscribe": {"ok"},
+    "control": {"state"},
+    "pause": {"state"},
+    "resume": {"state"},
+    "step": {"state"},
+    "traffic": {"state"},
+    "reset": {"state"},
+    "auth": {"state"},
+    "export": {"export"},
+    "compare": {"compare"},
+    "unsubscribe": {"ok"},
     "subscribe": {"state"},
 }
 
@@ -78,8 +87,14 @@ class Snapshot:
 
 
 class EngineClient:
-    def __init__(self, url: str | None = None, token: str | None = None, history: int = 2000,
-                 max_steps: int = 2000, max_requests: int = 2000) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        history: int = 2000,
+        max_steps: int = 2000,
+        max_requests: int = 2000,
+    ) -> None:
         self.url = url or os.environ.get("FLUXO_ENGINE_URL", DEFAULT_URL)
         self.token = token
         self.history = history
@@ -116,7 +131,7 @@ class EngineClient:
         while not self._stop.is_set():
             url = self.url + (f"/?token={self.token}" if self.token else "")
             try:
-                async with connect(url, max_size=2 ** 28, open_timeout=5, ping_interval=20) as ws:
+                async with connect(url, max_size=2**28, open_timeout=5, ping_interval=20) as ws:
                     self._ws = ws
                     await ws.send(json.dumps({"type": "subscribe", "history": self.history}))
                     delay = 0.25
@@ -125,11 +140,16 @@ class EngineClient:
             except Exception as exc:  # noqa: BLE001 - any failure means: reconnect
                 if not self._stop.is_set():
                     with self._lock:
-                        self.status, self.error = "disconnected", f"{type(exc).__name__}: {exc}"[:300]
+                        self.status, self.error = (
+                            "disconnected",
+                            f"{type(exc).__name__}: {exc}"[:300],
+                        )
             finally:
                 self._ws = None
                 self._ready.clear()
-                self._fail_waiters(EngineError("disconnected", "the connection to the engine closed"))
+                self._fail_waiters(
+                    EngineError("disconnected", "the connection to the engine closed")
+                )
             if self._stop.is_set():
                 break
             with self._lock:
@@ -193,7 +213,9 @@ class EngineClient:
                 self._add_request(msg["record"])
             elif kind == "metrics":
                 self.metrics = msg
-            elif kind in ("accepted", "token", "done") or (kind == "error" and msg.get("ref") in self._chats):
+            elif kind in ("accepted", "token", "done") or (
+                kind == "error" and msg.get("ref") in self._chats
+            ):
                 self._on_chat(kind, msg, now)
         if kind in ("error", "state", "export", "compare", "ok"):
             self._resolve(msg)
@@ -226,7 +248,10 @@ class EngineClient:
     # -- the page's side -----------------------------------------------------------------------
     def _submit(self, msg: dict, expect: set[str] | None, timeout: float) -> dict | None:
         if self._ws is None:
-            raise EngineError("disconnected", f"not connected to the engine at {self.url} ({self.error or 'connecting'})")
+            raise EngineError(
+                "disconnected",
+                f"not connected to the engine at {self.url} ({self.error or 'connecting'})",
+            )
 
         async def go() -> dict | None:
             fut = None
@@ -241,9 +266,11 @@ class EngineClient:
 
         try:
             return asyncio.run_coroutine_threadsafe(go(), self._loop).result(timeout + 1)
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             self._loop.call_soon_threadsafe(self._drop_waiter, msg["ref"])
-            raise EngineError("timeout", f"no answer to {msg['type']} within {timeout:.0f} s") from None
+            raise EngineError(
+                "timeout", f"no answer to {msg['type']} within {timeout:.0f} s"
+            ) from None
 
     def _drop_waiter(self, ref: str) -> None:
         self._waiters = [w for w in self._waiters if w[0] != ref]
@@ -254,16 +281,28 @@ class EngineClient:
         msg = {"type": type_, "ref": f"p{next(self._refs)}", **fields}
         return self._submit(msg, ANSWERS.get(type_), timeout)
 
-    def chat(self, prompt: str | None = None, messages: list[dict] | None = None, max_tokens: int = 128,
-             temperature: float = 0.0) -> ChatStream:
+    def chat(
+        self,
+        prompt: str | None = None,
+        messages: list[dict] | None = None,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+    ) -> ChatStream:
         ref = f"chat{next(self._refs)}"
         stream = ChatStream(ref=ref, prompt=prompt or (messages[-1]["content"] if messages else ""))
         with self._lock:
             self._chats[ref] = stream
             while len(self._chats) > 500:
                 self._chats.popitem(last=False)
-        msg: dict[str, Any] = {"type": "chat", "ref": ref, "max_tokens": max_tokens, "temperature": temperature}
-        msg["messages" if messages is not None else "prompt"] = messages if messages is not None else prompt
+        msg: dict[str, Any] = {
+            "type": "chat",
+            "ref": ref,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        msg["messages" if messages is not None else "prompt"] = (
+            messages if messages is not None else prompt
+        )
         try:
             self._submit(msg, None, 5.0)
         except EngineError as exc:
@@ -271,7 +310,9 @@ class EngineClient:
         return stream
 
     def cancel(self, request: int) -> None:
-        self._submit({"type": "cancel", "ref": f"p{next(self._refs)}", "request": request}, None, 5.0)
+        self._submit(
+            {"type": "cancel", "ref": f"p{next(self._refs)}", "request": request}, None, 5.0
+        )
 
     def chat_view(self, stream: ChatStream) -> ChatStream:
         with self._lock:
@@ -280,9 +321,19 @@ class EngineClient:
     def snapshot(self, steps: int | None = None) -> Snapshot:
         with self._lock:
             recs = list(self._steps) if steps is None else list(self._steps)[-steps:]
-            return Snapshot(self.status, self.error, dict(self.hello), dict(self.state), dict(self.metrics), recs,
-                            list(self._requests.values()), set(self._people), list(self._lag_ms),
-                            self.received_steps, self.skipped_steps)
+            return Snapshot(
+                self.status,
+                self.error,
+                dict(self.hello),
+                dict(self.state),
+                dict(self.metrics),
+                recs,
+                list(self._requests.values()),
+                set(self._people),
+                list(self._lag_ms),
+                self.received_steps,
+                self.skipped_steps,
+            )
 
     @property
     def role(self) -> str:
@@ -309,5 +360,7 @@ def local_exports(steps: list[dict], requests: list[dict]) -> tuple[str, dict]:
     tel = Telemetry()
     tel.steps.extend(steps)
     tel.requests.update({r["id"]: r for r in requests})
-    lines = [json.dumps({"type": "step", **r}) for r in steps] + [json.dumps({"type": "request", **r}) for r in requests]
+    lines = [json.dumps({"type": "step", **r}) for r in steps] + [
+        json.dumps({"type": "request", **r}) for r in requests
+    ]
     return "\n".join(lines) + "\n", tel.chrome_trace()

@@ -9,8 +9,8 @@ palette as that viewer sees them. ``tests/app/test_palette.py`` holds the phases
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import combinations
-from typing import Iterable
 
 # Machado et al. 2009, severity 1.0 (linear RGB).
 MATRICES = {

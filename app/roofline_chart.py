@@ -7,6 +7,7 @@ lower bound for that format (bytes / measured bandwidth, or flops / measured GEM
 whichever is larger), and the achieved fraction of the measured read bandwidth. Every mark is a
 measured point or the model evaluated at a measured roof; nothing is interpolated.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,11 +21,25 @@ def roofline_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for fmt, d in result["formats"].items():
         for p in d["points"]:
-            base = {"weights": fmt, "rows": p["rows"], "mb_per_step": round(p["bytes_per_step"] / 1e6, 1),
-                    "fraction": p["fraction_of_bandwidth"], "gbs": p["achieved_gbs"]}
-            out.append({**base, "series": "measured", "ms": p["step_ms"], "lo": p["step_ms_min"],
-                        "hi": p["step_ms_max"]})
-            out.append({**base, "series": "roofline bound", "ms": p["roofline_ms"], "lo": None, "hi": None})
+            base = {
+                "weights": fmt,
+                "rows": p["rows"],
+                "mb_per_step": round(p["bytes_per_step"] / 1e6, 1),
+                "fraction": p["fraction_of_bandwidth"],
+                "gbs": p["achieved_gbs"],
+            }
+            out.append(
+                {
+                    **base,
+                    "series": "measured",
+                    "ms": p["step_ms"],
+                    "lo": p["step_ms_min"],
+                    "hi": p["step_ms_max"],
+                }
+            )
+            out.append(
+                {**base, "series": "roofline bound", "ms": p["roofline_ms"], "lo": None, "hi": None}
+            )
     return out
 
 
@@ -33,41 +48,102 @@ def roofline_spec(result: dict[str, Any], width: int = 360, height: int = 220) -
     fraction of the measured bandwidth vs rows, colored by weight format."""
     rows = roofline_rows(result)
     bw = result["machine"]["bandwidth"]["read_gbs"]
-    fmts = [f for f in COLORS if f in result["formats"]] + [f for f in result["formats"] if f not in COLORS]
-    color = {"field": "weights", "type": "nominal", "title": "weights",
-             "scale": {"domain": fmts, "range": [COLORS.get(f, "#2ca02c") for f in fmts]}}
-    x = {"field": "rows", "type": "quantitative", "title": "rows in the decode step",
-         "scale": {"type": "log", "base": 2}}
-    tip = [{"field": k, "type": t} for k, t in (("weights", "nominal"), ("rows", "quantitative"),
-                                                ("ms", "quantitative"), ("mb_per_step", "quantitative"),
-                                                ("gbs", "quantitative"), ("fraction", "quantitative"))]
+    fmts = [f for f in COLORS if f in result["formats"]] + [
+        f for f in result["formats"] if f not in COLORS
+    ]
+    color = {
+        "field": "weights",
+        "type": "nominal",
+        "title": "weights",
+        "scale": {"domain": fmts, "range": [COLORS.get(f, "#2ca02c") for f in fmts]},
+    }
+    x = {
+        "field": "rows",
+        "type": "quantitative",
+        "title": "rows in the decode step",
+        "scale": {"type": "log", "base": 2},
+    }
+    tip = [
+        {"field": k, "type": t}
+        for k, t in (
+            ("weights", "nominal"),
+            ("rows", "quantitative"),
+            ("ms", "quantitative"),
+            ("mb_per_step", "quantitative"),
+            ("gbs", "quantitative"),
+            ("fraction", "quantitative"),
+        )
+    ]
     time_panel = {
-        "width": width, "height": height, "title": "decode step time (ms)",
+        "width": width,
+        "height": height,
+        "title": "decode step time (ms)",
         "layer": [
-            {"transform": [{"filter": "datum.series == 'roofline bound'"}],
-             "mark": {"type": "line", "strokeDash": [4, 3]},
-             "encoding": {"x": x, "y": {"field": "ms", "type": "quantitative", "title": "ms",
-                                        "scale": {"type": "log"}}, "color": color}},
-            {"transform": [{"filter": "datum.series == 'measured'"}],
-             "mark": {"type": "rule"},
-             "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"}, "y2": {"field": "hi"},
-                          "color": color}},
-            {"transform": [{"filter": "datum.series == 'measured'"}],
-             "mark": {"type": "line", "point": True},
-             "encoding": {"x": x, "y": {"field": "ms", "type": "quantitative"}, "color": color,
-                          "tooltip": tip}},
+            {
+                "transform": [{"filter": "datum.series == 'roofline bound'"}],
+                "mark": {"type": "line", "strokeDash": [4, 3]},
+                "encoding": {
+                    "x": x,
+                    "y": {
+                        "field": "ms",
+                        "type": "quantitative",
+                        "title": "ms",
+                        "scale": {"type": "log"},
+                    },
+                    "color": color,
+                },
+            },
+            {
+                "transform": [{"filter": "datum.series == 'measured'"}],
+                "mark": {"type": "rule"},
+                "encoding": {
+                    "x": x,
+                    "y": {"field": "lo", "type": "quantitative"},
+                    "y2": {"field": "hi"},
+                    "color": color,
+                },
+            },
+            {
+                "transform": [{"filter": "datum.series == 'measured'"}],
+                "mark": {"type": "line", "point": True},
+                "encoding": {
+                    "x": x,
+                    "y": {"field": "ms", "type": "quantitative"},
+                    "color": color,
+                    "tooltip": tip,
+                },
+            },
         ],
     }
     frac_panel = {
-        "width": width, "height": height, "title": f"share of the measured read bandwidth ({bw:.1f} GB/s)",
+        "width": width,
+        "height": height,
+        "title": f"share of the measured read bandwidth ({bw:.1f} GB/s)",
         "transform": [{"filter": "datum.series == 'measured'"}],
         "layer": [
-            {"mark": {"type": "line", "point": True},
-             "encoding": {"x": x, "y": {"field": "fraction", "type": "quantitative", "title": "fraction",
-                                        "scale": {"domain": [0, 1]}}, "color": color, "tooltip": tip}},
-            {"mark": {"type": "rule", "strokeDash": [2, 2], "color": "#555"},
-             "encoding": {"y": {"datum": 0.7}}},
+            {
+                "mark": {"type": "line", "point": True},
+                "encoding": {
+                    "x": x,
+                    "y": {
+                        "field": "fraction",
+                        "type": "quantitative",
+                        "title": "fraction",
+                        "scale": {"domain": [0, 1]},
+                    },
+                    "color": color,
+                    "tooltip": tip,
+                },
+            },
+            {
+                "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#555"},
+                "encoding": {"y": {"datum": 0.7}},
+            },
         ],
     }
-    return {"$schema": SCHEMA, "data": {"values": rows}, "hconcat": [time_panel, frac_panel],
-            "resolve": {"scale": {"color": "shared"}}}
+    return {
+        "$schema": SCHEMA,
+        "data": {"values": rows},
+        "hconcat": [time_panel, frac_panel],
+        "resolve": {"scale": {"color": "shared"}},
+    }

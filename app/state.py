@@ -12,9 +12,10 @@ plain session dict (``_url``) as well, and each widget is seeded from it when it
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 from urllib.parse import urlencode
 
 import streamlit as st

@@ -1,9 +1,12 @@
 """Fluxo lab page: the entry only routes (``streamlit run app/streamlit_app.py``)."""
+
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `streamlit run` puts app/ on the path; pages import app.* and engine.*
+if (
+    str(ROOT) not in sys.path
+):  # `streamlit run` puts app/ on the path; pages import app.* and engine.*
     sys.path.insert(0, str(ROOT))
 
 import streamlit as st  # noqa: E402
@@ -23,9 +26,20 @@ w = i18n.words(lang)
 # Not "pages/": Streamlit would also auto-discover that folder as a legacy multipage app, and a
 # direct link such as /lessons would open the page outside this entry (no wide layout, odd menu).
 HERE = Path(__file__).parent / "views"
-st.navigation([
-    st.Page(HERE / "live.py", title=w["live_title"], icon=":material/sensors:", default=True),
-    st.Page(HERE / "step.py", title=w["step_title"], icon=":material/footprint:", url_path="step"),
-    st.Page(HERE / "compare.py", title=w["cmp_title"], icon=":material/compare:", url_path="compare"),
-    st.Page(HERE / "lessons.py", title=w["lessons_title"], icon=":material/school:", url_path="lessons"),
-]).run()
+st.navigation(
+    [
+        st.Page(HERE / "live.py", title=w["live_title"], icon=":material/sensors:", default=True),
+        st.Page(
+            HERE / "step.py", title=w["step_title"], icon=":material/footprint:", url_path="step"
+        ),
+        st.Page(
+            HERE / "compare.py", title=w["cmp_title"], icon=":material/compare:", url_path="compare"
+        ),
+        st.Page(
+            HERE / "lessons.py",
+            title=w["lessons_title"],
+            icon=":material/school:",
+            url_path="lessons",
+        ),
+    ]
+).run()

@@ -5,17 +5,23 @@ of a sequence lives at slot ``block_table[pos // block_size] * block_size + pos 
 The runner turns block tables into slot indices once per step, and every layer reuses them.
 GQA is handled by SDPA's ``enable_gqa`` (query heads grouped over fewer KV heads, no copy).
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 
-def slots_from_block_tables(block_tables: torch.Tensor, ctx_lens: torch.Tensor, block_size: int) -> torch.Tensor:
+def slots_from_block_tables(
+    block_tables: torch.Tensor, ctx_lens: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """``[B, max_blocks]`` block ids -> ``[B, max_len]`` flat slot ids (padding points at slot 0)."""
     max_len = int(ctx_lens.max()) if ctx_lens.numel() else 0
     pos = torch.arange(max_len, device=block_tables.device)
-    blocks = block_tables.long().gather(1, (pos // block_size).expand(block_tables.shape[0], -1).clamp(max=block_tables.shape[1] - 1))
+    blocks = block_tables.long().gather(
+        1,
+        (pos // block_size).expand(block_tables.shape[0], -1).clamp(max=block_tables.shape[1] - 1),
+    )
     slots = blocks * block_size + pos % block_size
     return torch.where(pos[None, :] < ctx_lens[:, None], slots, torch.zeros_like(slots))
 
@@ -43,11 +49,15 @@ def prefill_attention(
         k, v = k_cache.index_select(0, ctx_slots), v_cache.index_select(0, ctx_slots)
     qh, kh, vh = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
     if q_start == 0:
-        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale, enable_gqa=True)
+        out = F.scaled_dot_product_attention(
+            qh, kh, vh, is_causal=True, scale=scale, enable_gqa=True
+        )
     else:
         ctx = torch.arange(k.shape[0], device=q.device)
         mask = ctx[None, :] <= (q_start + torch.arange(tq, device=q.device))[:, None]
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=True)
+        out = F.scaled_dot_product_attention(
+            qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=True
+        )
     return out[0].transpose(0, 1)
 
 
@@ -65,15 +75,21 @@ def decode_attention(
     per step because it is the same for every layer.
     """
     b, n = ctx_slots.shape
-    flat = ctx_slots.reshape(-1)  # index_select on a flat index is ~3x faster than 2-D advanced indexing
+    flat = ctx_slots.reshape(
+        -1
+    )  # index_select on a flat index is ~3x faster than 2-D advanced indexing
     k = k_cache.index_select(0, flat).view(b, n, *k_cache.shape[1:]).transpose(1, 2)
     v = v_cache.index_select(0, flat).view(b, n, *v_cache.shape[1:]).transpose(1, 2)
-    out = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+    out = F.scaled_dot_product_attention(
+        q[:, :, None], k, v, attn_mask=mask, scale=scale, enable_gqa=True
+    )
     return out[:, :, 0]
 
 
 def decode_mask(ctx_lens: torch.Tensor, max_len: int) -> torch.Tensor:
-    return (torch.arange(max_len, device=ctx_lens.device)[None, :] < ctx_lens[:, None])[:, None, None, :]
+    return (torch.arange(max_len, device=ctx_lens.device)[None, :] < ctx_lens[:, None])[
+        :, None, None, :
+    ]
 
 
 def paged_decode_attention(
@@ -92,4 +108,6 @@ def paged_decode_attention(
     """
     ctx_lens = ctx_lens.long()
     slots = slots_from_block_tables(block_tables, ctx_lens, block_size)
-    return decode_attention(q, k_cache, v_cache, slots, decode_mask(ctx_lens, slots.shape[1]), scale)
+    return decode_attention(
+        q, k_cache, v_cache, slots, decode_mask(ctx_lens, slots.shape[1]), scale
+    )

@@ -8,6 +8,7 @@ Triton is optional: the module imports without it (``TRITON_AVAILABLE`` says so)
 CPU tensors only work under Triton's interpreter, which Triton picks when ``@triton.jit`` runs, i.e.
 when this module is imported: set ``TRITON_INTERPRET=1`` before importing it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,19 +30,42 @@ if TRITON_AVAILABLE:
 
     @triton.jit
     def _paged_decode_kernel(
-        q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, scale,
-        stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_bt, stride_ob, stride_oh,
-        GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        bt_ptr,
+        lens_ptr,
+        out_ptr,
+        scale,
+        stride_qb,
+        stride_qh,
+        stride_kt,
+        stride_kh,
+        stride_vt,
+        stride_vh,
+        stride_bt,
+        stride_ob,
+        stride_oh,
+        GROUP: tl.constexpr,
+        GROUP_PAD: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
     ):
         b = tl.program_id(0)
         kvh = tl.program_id(1)
-        g = tl.arange(0, GROUP_PAD)  # padded to a power of two (tl.arange needs one); extra rows masked
+        g = tl.arange(
+            0, GROUP_PAD
+        )  # padded to a power of two (tl.arange needs one); extra rows masked
         d = tl.arange(0, HEAD_DIM)
         t = tl.arange(0, BLOCK_SIZE)
         heads = kvh * GROUP + g
         g_ok = g < GROUP
 
-        q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g_ok[:, None], other=0.0)
+        q = tl.load(
+            q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
+            mask=g_ok[:, None],
+            other=0.0,
+        )
         q = q.to(tl.float32) * scale  # fold the scale into q once instead of into every score
         ctx_len = tl.load(lens_ptr + b).to(tl.int32)
 
@@ -55,8 +79,16 @@ if TRITON_AVAILABLE:
             block = tl.load(bt_ptr + b * stride_bt + i).to(tl.int64)
             t_ok = i * BLOCK_SIZE + t < ctx_len
             slot = block * BLOCK_SIZE + t
-            k = tl.load(k_ptr + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :], mask=t_ok[:, None], other=0.0)
-            v = tl.load(v_ptr + slot[:, None] * stride_vt + kvh * stride_vh + d[None, :], mask=t_ok[:, None], other=0.0)
+            k = tl.load(
+                k_ptr + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :],
+                mask=t_ok[:, None],
+                other=0.0,
+            )
+            v = tl.load(
+                v_ptr + slot[:, None] * stride_vt + kvh * stride_vh + d[None, :],
+                mask=t_ok[:, None],
+                other=0.0,
+            )
             # Broadcast-and-reduce rather than tl.dot: GQA groups are smaller than tl.dot's 16-row minimum.
             s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
             s = tl.where(t_ok[None, :], s, float("-inf"))
@@ -64,13 +96,18 @@ if TRITON_AVAILABLE:
             alpha = tl.exp(m - m_new)
             p = tl.exp(s - m_new[:, None])
             l = l * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+            acc = acc * alpha[:, None] + tl.sum(
+                p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1
+            )
             m = m_new
 
         # ctx_len == 0 (a padded batch row) yields zeros rather than 0/0.
         out = acc / tl.where(l > 0.0, l, 1.0)[:, None]
-        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
+        tl.store(
+            out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
+            out.to(out_ptr.dtype.element_ty),
+            mask=g_ok[:, None],
+        )
 
     # Triton chose compiled vs interpreted at decoration time; remember which, for a clear CPU error.
     INTERPRETED = not isinstance(_paged_decode_kernel, JITFunction)
@@ -110,17 +147,40 @@ def paged_decode_attention(
     assert block_tables.shape[0] == bsz and ctx_lens.shape == (bsz,)
     assert not block_tables.dtype.is_floating_point and not ctx_lens.dtype.is_floating_point
     # The kernel walks the head dim with unit stride and the block table row with unit stride.
-    assert q.stride(2) == 1 and k_cache.stride(2) == 1 and v_cache.stride(2) == 1 and block_tables.stride(1) == 1
-    assert len({t.device for t in (q, k_cache, v_cache, block_tables, ctx_lens)}) == 1, "all inputs on one device"
+    assert (
+        q.stride(2) == 1
+        and k_cache.stride(2) == 1
+        and v_cache.stride(2) == 1
+        and block_tables.stride(1) == 1
+    )
+    assert len({t.device for t in (q, k_cache, v_cache, block_tables, ctx_lens)}) == 1, (
+        "all inputs on one device"
+    )
 
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if bsz == 0:
         return out
     group = n_heads // kv_heads
     _paged_decode_kernel[(bsz, kv_heads)](
-        q, k_cache, v_cache, block_tables, ctx_lens, out, float(scale),
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        block_tables.stride(0), out.stride(0), out.stride(1),
-        GROUP=group, GROUP_PAD=triton.next_power_of_2(group), BLOCK_SIZE=block_size, HEAD_DIM=head_dim,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        ctx_lens,
+        out,
+        float(scale),
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        GROUP=group,
+        GROUP_PAD=triton.next_power_of_2(group),
+        BLOCK_SIZE=block_size,
+        HEAD_DIM=head_dim,
     )
     return out

@@ -1,6 +1,7 @@
 """Lessons: classroom walkthroughs (pt-BR / en), a one-click scenario setup, the lesson's own
 comparison in one click, and the teacher's notes (answer keys, expected numbers, the lesson's
 figure) shown to the presenter only."""
+
 import json
 import os
 import tomllib
@@ -15,45 +16,60 @@ LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 # Every word this page shows, in both languages (the lesson texts name these exact labels).
 WORDS = {
     "en": {
-        "title": "Lessons", "title_key": "Lessons", "caption": "Each lesson sets up a scenario on the live engine and says what to watch.",
-        "none": "No lessons found in `{path}` yet.", "lesson": "lesson", "scenario": "Scenario",
-        "setup": "Set up this scenario", "setup_ok": "Scenario running: open the Live page.",
+        "title": "Lessons",
+        "title_key": "Lessons",
+        "caption": "Each lesson sets up a scenario on the live engine and says what to watch.",
+        "none": "No lessons found in `{path}` yet.",
+        "lesson": "lesson",
+        "scenario": "Scenario",
+        "setup": "Set up this scenario",
+        "setup_ok": "Scenario running: open the Live page.",
         "compare": "Run this lesson's comparison",
         "compare_help": "Replays the lesson's workload under its two configurations on fresh engines; live "
-                        "traffic is held meanwhile.",
+        "traffic is held meanwhile.",
         "compare_wait": "Replaying comparison {i} of {n} on the real engine…",
         "compare_ok": "Comparison done: the measured ratios are below.",
         "presenter_only": "Only the presenter sets up scenarios and runs comparisons.",
-        "watch": "What to watch", "results": "This lesson's comparison, as measured now",
-        "teacher": "Teacher's notes (presenter only)", "figure": "The lesson's figure (from its own run: {src})",
+        "watch": "What to watch",
+        "results": "This lesson's comparison, as measured now",
+        "teacher": "Teacher's notes (presenter only)",
+        "figure": "The lesson's figure (from its own run: {src})",
         "no_figure": "No saved run yet for the lesson's figure: `python -m engine.lesson {n} --save` draws it here.",
         "no_text": "(no {lang} text for this lesson)",
         "cols": ("workload", "A", "B", "metric", "A value", "B value", "B / A", "scale"),
-        "replay": "Replay this lesson's recording", "replay_help": "Its recorded comparison in the Live, Step by "
-                  "step and Compare views: no engine, no model.",
+        "replay": "Replay this lesson's recording",
+        "replay_help": "Its recorded comparison in the Live, Step by "
+        "step and Compare views: no engine, no model.",
         "simulated": "host_work_ms = {ms:g}: **simulated host work**, {ms:g} ms of host-side delay added to every "
-                     "step (a teaching setting, not real work).",
+        "step (a teaching setting, not real work).",
     },
     "pt-BR": {
-        "title": "Aulas", "title_key": "Aulas", "caption": "Cada aula prepara um cenário no motor ao vivo e diz o que observar.",
-        "none": "Nenhuma aula em `{path}` ainda.", "lesson": "aula", "scenario": "Cenário",
-        "setup": "Preparar este cenário", "setup_ok": "Cenário rodando: abra a página Live.",
+        "title": "Aulas",
+        "title_key": "Aulas",
+        "caption": "Cada aula prepara um cenário no motor ao vivo e diz o que observar.",
+        "none": "Nenhuma aula em `{path}` ainda.",
+        "lesson": "aula",
+        "scenario": "Cenário",
+        "setup": "Preparar este cenário",
+        "setup_ok": "Cenário rodando: abra a página Live.",
         "compare": "Rodar a comparação desta aula",
         "compare_help": "Repete a carga da aula nas duas configurações, em motores novos; o tráfego ao vivo "
-                        "fica suspenso enquanto isso.",
+        "fica suspenso enquanto isso.",
         "compare_wait": "Repetindo a comparação {i} de {n} no motor real…",
         "compare_ok": "Comparação concluída: as razões medidas estão abaixo.",
         "presenter_only": "Só quem apresenta prepara cenários e roda comparações.",
-        "watch": "O que observar", "results": "A comparação desta aula, medida agora",
+        "watch": "O que observar",
+        "results": "A comparação desta aula, medida agora",
         "teacher": "Notas para quem ensina (só para quem apresenta)",
         "figure": "A figura da aula (da execução da própria aula: {src})",
         "no_figure": "A figura da aula ainda não tem execução salva: `python -m engine.lesson {n} --save` a desenha aqui.",
         "no_text": "(esta aula ainda não tem texto em {lang})",
         "cols": ("carga", "A", "B", "métrica", "valor A", "valor B", "B / A", "escala"),
-        "replay": "Reproduzir a gravação desta aula", "replay_help": "A comparação gravada nas visões Ao vivo, "
-                  "Passo a passo e Comparar: sem motor, sem modelo.",
+        "replay": "Reproduzir a gravação desta aula",
+        "replay_help": "A comparação gravada nas visões Ao vivo, "
+        "Passo a passo e Comparar: sem motor, sem modelo.",
         "simulated": "host_work_ms = {ms:g}: **trabalho de host simulado**, {ms:g} ms de atraso do lado do host "
-                     "somados a cada passo (um ajuste didático, não trabalho de verdade).",
+        "somados a cada passo (um ajuste didático, não trabalho de verdade).",
     },
 }
 LANGS = i18n.LANGS
@@ -70,14 +86,21 @@ def compares(scenario: dict) -> list[dict]:
 
 
 def lesson_dirs() -> list[Path]:
-    return sorted(p for p in LESSONS.iterdir() if p.is_dir() and (p / "scenario.toml").exists()) if LESSONS.exists() else []
+    return (
+        sorted(p for p in LESSONS.iterdir() if p.is_dir() and (p / "scenario.toml").exists())
+        if LESSONS.exists()
+        else []
+    )
 
 
 def setup_scenario(c, scenario: dict) -> bool:
     """``reset``, then ``control`` with the lesson's [engine], then ``traffic`` with its [traffic]."""
     if ui.send(c, "reset") is None:
         return False
-    engine = {"host_work_ms": 0.0, **scenario.get("engine", {})}  # no simulated host work unless the lesson sets it
+    engine = {
+        "host_work_ms": 0.0,
+        **scenario.get("engine", {}),
+    }  # no simulated host work unless the lesson sets it
     if ui.send(c, "control", **engine) is None:
         return False
     traffic = dict(scenario.get("traffic", {}))
@@ -94,16 +117,32 @@ def run_compares(c, scenario: dict, words: dict) -> list[dict] | None:
     todo = compares(scenario)
     for i, cmp_ in enumerate(todo, 1):
         with st.spinner(words["compare_wait"].format(i=i, n=len(todo))):
-            answer = ui.send(c, "compare", timeout=600, workload=cmp_["workload"], a=cmp_.get("a", {}),
-                             b=cmp_.get("b", {}), scale=cmp_.get("scale", 1.0) * SCALE)
+            answer = ui.send(
+                c,
+                "compare",
+                timeout=600,
+                workload=cmp_["workload"],
+                a=cmp_.get("a", {}),
+                b=cmp_.get("b", {}),
+                scale=cmp_.get("scale", 1.0) * SCALE,
+            )
         if answer is None:
             return None
         ratio = cmp_.get("ratio", "throughput_b_over_a")
         metric = ratio.removesuffix("_b_over_a")
-        out.append({"workload": cmp_["workload"], "a": cmp_.get("a", {}), "b": cmp_.get("b", {}),
-                    "ratio": ratio, "value": answer.get("ratios", {}).get(ratio), "scale": cmp_.get("scale", 1.0),
-                    "metric": metric, "a_value": answer.get("a", {}).get("summary", {}).get(metric),
-                    "b_value": answer.get("b", {}).get("summary", {}).get(metric)})
+        out.append(
+            {
+                "workload": cmp_["workload"],
+                "a": cmp_.get("a", {}),
+                "b": cmp_.get("b", {}),
+                "ratio": ratio,
+                "value": answer.get("ratios", {}).get(ratio),
+                "scale": cmp_.get("scale", 1.0),
+                "metric": metric,
+                "a_value": answer.get("a", {}).get("summary", {}).get(metric),
+                "b_value": answer.get("b", {}).get("summary", {}).get(metric),
+            }
+        )
     return out
 
 
@@ -118,17 +157,39 @@ def figure(folder: Path, scenario: dict, lang: str, words: dict) -> None:
     measured = json.loads(path.read_text())
     src = "full" if "full" in measured else "short"
     runs = measured[src]["runs"]
-    rows = [{"run": name, "value": runs[name]["summary"].get(spec["metric"])} for name in spec["runs"] if name in runs]
+    rows = [
+        {"run": name, "value": runs[name]["summary"].get(spec["metric"])}
+        for name in spec["runs"]
+        if name in runs
+    ]
     title = spec.get(f"title_{'pt' if lang == 'pt-BR' else 'en'}", spec["metric"])
     # Pinned light colours: the same figure in a dark-themed browser and on a projector.
-    chart = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "title": title, "data": {"values": rows},
-             "background": "#ffffff", "config": {"axis": {"labelColor": "#111111", "titleColor": "#111111"},
-                                                 "title": {"color": "#111111"}},
-             "mark": {"type": "bar", "tooltip": True}, "height": 260,
-             "encoding": {"x": {"field": "run", "type": "nominal", "sort": spec["runs"], "title": None},
-                          "y": {"field": "value", "type": "quantitative", "title": spec.get("axis", spec["metric"])}}}
-    st.caption(words["figure"].format(src=f"`python -m engine.lesson {scenario['lesson']['number']}"
-                                      f"{' --short' if src == 'short' else ''}`"))
+    chart = {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "title": title,
+        "data": {"values": rows},
+        "background": "#ffffff",
+        "config": {
+            "axis": {"labelColor": "#111111", "titleColor": "#111111"},
+            "title": {"color": "#111111"},
+        },
+        "mark": {"type": "bar", "tooltip": True},
+        "height": 260,
+        "encoding": {
+            "x": {"field": "run", "type": "nominal", "sort": spec["runs"], "title": None},
+            "y": {
+                "field": "value",
+                "type": "quantitative",
+                "title": spec.get("axis", spec["metric"]),
+            },
+        },
+    }
+    st.caption(
+        words["figure"].format(
+            src=f"`python -m engine.lesson {scenario['lesson']['number']}"
+            f"{' --short' if src == 'short' else ''}`"
+        )
+    )
     st.vega_lite_chart(chart, width="stretch", theme=None)
 
 
@@ -155,8 +216,14 @@ def _replay(name: str) -> None:
     state.put("at", None)
 
 
-name = state.widget("lesson", "lesson_name", st.selectbox, words["lesson"], options=list(scenarios),
-                    format_func=_title)
+name = state.widget(
+    "lesson",
+    "lesson_name",
+    st.selectbox,
+    words["lesson"],
+    options=list(scenarios),
+    format_func=_title,
+)
 folder, scenario = LESSONS / name, scenarios[name]
 left, right = st.columns([5, 2], gap="large")
 with right:
@@ -167,29 +234,50 @@ with right:
             lines = "\n".join(f"{k} = {v!r}" for k, v in scenario[table].items())
             st.code(f"[{table}]\n{lines}", language="toml")
     if scenario.get("engine", {}).get("host_work_ms"):
-        st.warning(words["simulated"].format(ms=scenario["engine"]["host_work_ms"]), icon=":material/science:")
+        st.warning(
+            words["simulated"].format(ms=scenario["engine"]["host_work_ms"]),
+            icon=":material/science:",
+        )
     help_ = None if presenter else words["presenter_only"]
-    if st.button(words["setup"], key="lesson_setup", icon=":material/play_arrow:", type="primary",
-                 disabled=not presenter, help=help_):
+    if st.button(
+        words["setup"],
+        key="lesson_setup",
+        icon=":material/play_arrow:",
+        type="primary",
+        disabled=not presenter,
+        help=help_,
+    ):
         if setup_scenario(c, scenario):
             st.session_state["lesson_ok"] = name
         st.rerun()
     if st.session_state.get("lesson_ok") == name:
         st.success(words["setup_ok"])
-    if compares(scenario) and st.button(words["compare"], key="lesson_compare", icon=":material/compare_arrows:",
-                                        disabled=not presenter, help=help_ or words["compare_help"]):
+    if compares(scenario) and st.button(
+        words["compare"],
+        key="lesson_compare",
+        icon=":material/compare_arrows:",
+        disabled=not presenter,
+        help=help_ or words["compare_help"],
+    ):
         results = run_compares(c, scenario, words)
         if results is not None:
             st.session_state["lesson_compare_result"] = {"lesson": name, "results": results}
         st.rerun()
     if name in recording.lesson_recordings() and st.button(
-            words["replay"], key="lesson_replay", icon=":material/replay:", help=words["replay_help"],
-            on_click=_replay, args=(name,)):
+        words["replay"],
+        key="lesson_replay",
+        icon=":material/replay:",
+        help=words["replay_help"],
+        on_click=_replay,
+        args=(name,),
+    ):
         st.switch_page("views/live.py")
     watch = scenario.get("watch")
     if watch:
         st.markdown(f"**{words['watch']}**")
-        st.write(watch if isinstance(watch, str) else watch.get(lang if lang in watch else "en", ""))
+        st.write(
+            watch if isinstance(watch, str) else watch.get(lang if lang in watch else "en", "")
+        )
 with left:
     done = st.session_state.get("lesson_compare_result")
     if done and done["lesson"] == name:
@@ -197,12 +285,22 @@ with left:
         st.markdown(f"**{words['results']}**")
         cols = words["cols"]
         w = ctx.w
-        st.dataframe([{cols[0]: r["workload"], cols[1]: i18n.settings(r["a"], lang),
-                       cols[2]: i18n.settings(r["b"], lang), cols[3]: w.get("k_" + r["metric"], r["metric"]),
-                       cols[4]: i18n.metric(r["metric"], r["a_value"], lang),
-                       cols[5]: i18n.metric(r["metric"], r["b_value"], lang),
-                       cols[6]: i18n.num(r["value"], 2, lang, "×"), cols[7]: i18n.num(r["scale"], 2, lang)}
-                      for r in done["results"]], width="stretch")
+        st.dataframe(
+            [
+                {
+                    cols[0]: r["workload"],
+                    cols[1]: i18n.settings(r["a"], lang),
+                    cols[2]: i18n.settings(r["b"], lang),
+                    cols[3]: w.get("k_" + r["metric"], r["metric"]),
+                    cols[4]: i18n.metric(r["metric"], r["a_value"], lang),
+                    cols[5]: i18n.metric(r["metric"], r["b_value"], lang),
+                    cols[6]: i18n.num(r["value"], 2, lang, "×"),
+                    cols[7]: i18n.num(r["scale"], 2, lang),
+                }
+                for r in done["results"]
+            ],
+            width="stretch",
+        )
     text_path = folder / f"{lang}.md"
     st.markdown(text_path.read_text() if text_path.exists() else words["no_text"].format(lang=lang))
     # The teacher's part (answer keys, expected numbers, misconceptions, timing, figure) is sent

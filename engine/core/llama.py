@@ -5,6 +5,7 @@ transformers model's own, so numerics match it; what is ours is the batch layout
 every scheduled token of every sequence sits in one flat ``[T, hidden]`` tensor, K/V are written
 into the paged cache by slot index, and attention reads back through those slots.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,7 +38,9 @@ class ForwardBatch:
     decode_mask: torch.Tensor | None  # [B, 1, 1, L]
     prefills: list[PrefillSpan] = field(default_factory=list)
     logits_rows: torch.Tensor | None = None  # rows of the flat batch whose next token is sampled
-    decode_tables: torch.Tensor | None = None  # [B, max_blocks] block tables of the decode rows (Triton path)
+    decode_tables: torch.Tensor | None = (
+        None  # [B, max_blocks] block tables of the decode rows (Triton path)
+    )
     decode_lens: torch.Tensor | None = None  # [B] their context lengths
     carry_dst: torch.Tensor | None = None  # input positions filled from the in-flight step's output
     carry_src: torch.Tensor | None = None  # ... from these rows of it
@@ -46,14 +49,22 @@ class ForwardBatch:
 class KVCache:
     """Per layer, one flat K and one flat V tensor of ``[slots, kv_heads, head_dim]``."""
 
-    def __init__(self, layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        layers: int,
+        num_blocks: int,
+        block_size: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+    ) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks  # the last block is scratch space for static dead slots
         shape = (layers, num_blocks * block_size, kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype)
         self.v = torch.zeros(shape, dtype=dtype)
 
-    def to(self, device: torch.device) -> "KVCache":
+    def to(self, device: torch.device) -> KVCache:
         self.k, self.v = self.k.to(device), self.v.to(device)
         return self
 
@@ -61,7 +72,7 @@ class KVCache:
     def scratch_slot(self) -> int:
         return (self.num_blocks - 1) * self.block_size
 
-    def resized(self, num_blocks: int) -> "KVCache":
+    def resized(self, num_blocks: int) -> KVCache:
         """A bigger cache holding the same contents at the same slots (used when the budget grows)."""
         layers, _, kvh, d = self.k.shape
         new = KVCache(layers, num_blocks, self.block_size, kvh, d, self.k.dtype).to(self.k.device)
@@ -79,7 +90,7 @@ class LlamaForward:
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         self.dtype = next(hf_model.parameters()).dtype
         self.device = next(hf_model.parameters()).device
         self.triton_decode = None
@@ -92,16 +103,30 @@ class LlamaForward:
         # kernels cannot run (then ``weights`` says "fp32": what the forward really reads).
         self.quant = build_quant(hf_model, weights) if weights != "fp32" else None
         self.weights = self.quant.weights if self.quant is not None else "fp32"
-        if self.fast and self.quant is None:  # per layer: q, k, v, o, gate, up, down as packed callables
+        if (
+            self.fast and self.quant is None
+        ):  # per layer: q, k, v, o, gate, up, down as packed callables
             self.packed_layers = [
-                tuple(packed(m) for m in (l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, l.self_attn.o_proj,
-                                          l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj))
+                tuple(
+                    packed(m)
+                    for m in (
+                        l.self_attn.q_proj,
+                        l.self_attn.k_proj,
+                        l.self_attn.v_proj,
+                        l.self_attn.o_proj,
+                        l.mlp.gate_proj,
+                        l.mlp.up_proj,
+                        l.mlp.down_proj,
+                    )
+                )
                 for l in self.layers
             ]
             self.packed_head = packed(hf_model.lm_head)
         # The rotary table from the model's own module, once: identical numbers, no per-step cost.
         probe = torch.zeros(1, dtype=self.dtype)
-        cos, sin = hf_model.model.rotary_emb(probe.to(self.device), torch.arange(max_len, device=self.device)[None])
+        cos, sin = hf_model.model.rotary_emb(
+            probe.to(self.device), torch.arange(max_len, device=self.device)[None]
+        )
         self.cos, self.sin = cos[0], sin[0]
         # Decode-only steps on quantized weights: the whole step in one kernel call (quant.FusedDecode).
         self.fused = None
@@ -109,12 +134,18 @@ class LlamaForward:
             self.fused = FusedDecode(self.quant, hf_model, self.cos, self.sin)
 
     def new_cache(self, num_blocks: int, block_size: int) -> KVCache:
-        cache = KVCache(len(self.layers), num_blocks, block_size, self.num_kv_heads, self.head_dim, self.dtype)
+        cache = KVCache(
+            len(self.layers), num_blocks, block_size, self.num_kv_heads, self.head_dim, self.dtype
+        )
         return cache.to(self.device)
 
-    def _decode(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: ForwardBatch, bs: int) -> torch.Tensor:
+    def _decode(
+        self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: ForwardBatch, bs: int
+    ) -> torch.Tensor:
         if self.triton_decode is not None and batch.decode_tables is not None:
-            return self.triton_decode(q, kc, vc, batch.decode_tables, batch.decode_lens, bs, self.scale)
+            return self.triton_decode(
+                q, kc, vc, batch.decode_tables, batch.decode_lens, bs, self.scale
+            )
         return decode_attention(q, kc, vc, batch.decode_slots, batch.decode_mask, self.scale)
 
     @staticmethod
@@ -142,7 +173,12 @@ class LlamaForward:
                 if self.fast:
                     q_proj, k_proj, v_proj, o_proj, gate, up, down = self.packed_layers[i]
                 else:
-                    q_proj, k_proj, v_proj, o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+                    q_proj, k_proj, v_proj, o_proj = (
+                        attn.q_proj,
+                        attn.k_proj,
+                        attn.v_proj,
+                        attn.o_proj,
+                    )
                 q, k, v = q_proj(x), k_proj(x), v_proj(x)
             q = q.view(t, self.num_heads, self.head_dim)
             k = k.view(t, self.num_kv_heads, self.head_dim)
@@ -159,8 +195,18 @@ class LlamaForward:
                 if nd:
                     parts.append(self._decode(q[:nd], kc, vc, batch, cache.block_size))
                 for p in batch.prefills:
-                    parts.append(prefill_attention(q[p.start:p.end], kc, vc, p.ctx_slots, p.q_start, self.scale,
-                                                   k[p.start:p.end], v[p.start:p.end]))
+                    parts.append(
+                        prefill_attention(
+                            q[p.start : p.end],
+                            kc,
+                            vc,
+                            p.ctx_slots,
+                            p.q_start,
+                            self.scale,
+                            k[p.start : p.end],
+                            v[p.start : p.end],
+                        )
+                    )
                 o = torch.cat(parts) if len(parts) > 1 else parts[0]
             h = h + o_proj(o.reshape(t, self.num_heads * self.head_dim))
             x = layer.post_attention_layernorm(h)
@@ -179,8 +225,9 @@ class LlamaForward:
         t = batch.input_ids.shape[0]
         mask = batch.decode_mask.reshape(t, -1)  # [B, 1, 1, L] -> [B, L]
         h = self.model.model.embed_tokens(batch.input_ids)  # [B, hidden]
-        logits = self.fused(h, batch.positions, batch.write_slots, batch.decode_slots, mask,
-                            cache.k, cache.v)  # [B, vocab]
+        logits = self.fused(
+            h, batch.positions, batch.write_slots, batch.decode_slots, mask, cache.k, cache.v
+        )  # [B, vocab]
         rows = batch.logits_rows  # decode-only batches sample every row: 0..t-1 (no copy then)
         if rows is not None and not (rows.shape[0] == t and (not t or int(rows[-1]) == t - 1)):
             logits = logits[rows]
@@ -202,5 +249,5 @@ class LlamaForward:
         w = head.weight
         out = torch.empty(h.shape[0], w.shape[0], dtype=h.dtype)
         for i in range(0, w.shape[0], 2048):
-            torch.mm(h, w[i:i + 2048].T, out=out[:, i:i + 2048])
+            torch.mm(h, w[i : i + 2048].T, out=out[:, i : i + 2048])
         return out

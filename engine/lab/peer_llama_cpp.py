@@ -9,6 +9,7 @@ not there, and the benchmark then says it skipped llama.cpp.
 Like Fluxo's ``batching`` run: every request is sent at once, greedy, EOS ignored so each produces
 exactly its ``max_new_tokens``; the server gets ``slots`` parallel slots (``-np``) and 2 threads.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,11 +44,30 @@ def find() -> LlamaCpp | None:
     return LlamaCpp(server, bench, f"llama-cpp-python {version} (vendored llama.cpp)")
 
 
-def run_bench(lc: LlamaCpp, gguf: str, threads: int = 2, prompt: int = 128, gen: int = 64,
-              reps: int = 3) -> dict[str, float]:
+def run_bench(
+    lc: LlamaCpp, gguf: str, threads: int = 2, prompt: int = 128, gen: int = 64, reps: int = 3
+) -> dict[str, float]:
     """``llama-bench`` tokens/s: ``pp{prompt}`` and ``tg{gen}`` (mean and stddev over ``reps``)."""
-    out = subprocess.run([str(lc.bench), "-m", gguf, "-t", str(threads), "-p", str(prompt), "-n", str(gen),
-                          "-r", str(reps), "-o", "json"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            str(lc.bench),
+            "-m",
+            gguf,
+            "-t",
+            str(threads),
+            "-p",
+            str(prompt),
+            "-n",
+            str(gen),
+            "-r",
+            str(reps),
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows = json.loads(out.stdout)
     res: dict[str, float] = {}
     for r in rows:
@@ -64,7 +84,9 @@ def _free_port() -> int:
 
 
 def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 
@@ -79,15 +101,40 @@ class ServerResult:
     note: str
 
 
-def run_server(lc: LlamaCpp, gguf: str, prompts: list[str], items: list[WorkItem], slots: int = 8,
-               threads: int = 2, ctx_per_slot: int = 1024) -> ServerResult:
+def run_server(
+    lc: LlamaCpp,
+    gguf: str,
+    prompts: list[str],
+    items: list[WorkItem],
+    slots: int = 8,
+    threads: int = 2,
+    ctx_per_slot: int = 1024,
+) -> ServerResult:
     """All ``items`` sent at once to ``llama-server -np slots``; ``prompts`` are the chat-templated
     texts (the same template Fluxo applies). Wall time from the first send to the last answer."""
     port = _free_port()
-    proc = subprocess.Popen([str(lc.server), "-m", gguf, "-t", str(threads), "-tb", str(threads),
-                             "-np", str(slots), "-c", str(slots * ctx_per_slot), "--port", str(port),
-                             "--host", "127.0.0.1", "--no-webui"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(lc.server),
+            "-m",
+            gguf,
+            "-t",
+            str(threads),
+            "-tb",
+            str(threads),
+            "-np",
+            str(slots),
+            "-c",
+            str(slots * ctx_per_slot),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--no-webui",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -103,8 +150,14 @@ def run_server(lc: LlamaCpp, gguf: str, prompts: list[str], items: list[WorkItem
             time.sleep(0.5)
 
         def one(i: int, n: int = 0) -> int:
-            body = {"prompt": prompts[i], "n_predict": n or items[i].max_new_tokens, "ignore_eos": True,
-                    "temperature": 0.0, "top_k": 1, "cache_prompt": False}
+            body = {
+                "prompt": prompts[i],
+                "n_predict": n or items[i].max_new_tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "top_k": 1,
+                "cache_prompt": False,
+            }
             return int(_post(base + "/completion", body)["tokens_predicted"])
 
         one(0, 4)  # warm-up, as the other peers get
@@ -119,17 +172,27 @@ def run_server(lc: LlamaCpp, gguf: str, prompts: list[str], items: list[WorkItem
         except subprocess.TimeoutExpired:
             proc.kill()
     useful = sum(got)
-    return ServerResult("llama_cpp_server", useful, wall, useful / wall, slots,
-                        f"llama-server -np {slots} -t {threads}, /completion, ignore_eos, {lc.version}")
+    return ServerResult(
+        "llama_cpp_server",
+        useful,
+        wall,
+        useful / wall,
+        slots,
+        f"llama-server -np {slots} -t {threads}, /completion, ignore_eos, {lc.version}",
+    )
 
 
-def peer(model_tok: tuple[Any, Any], items: list[WorkItem], slots: int = 8, threads: int = 2) -> dict[str, Any]:
+def peer(
+    model_tok: tuple[Any, Any], items: list[WorkItem], slots: int = 8, threads: int = 2
+) -> dict[str, Any]:
     """Both measurements, or ``{"skipped": reason}`` where no build is present."""
     from engine.core.model import GGUF_FILE, chat_ids, gguf_dir
 
     lc = find()
     if lc is None:
-        return {"skipped": "no llama.cpp build in .peers/llama.cpp (scripts/build_llama_cpp.sh builds one)"}
+        return {
+            "skipped": "no llama.cpp build in .peers/llama.cpp (scripts/build_llama_cpp.sh builds one)"
+        }
     gguf = os.path.join(gguf_dir(), GGUF_FILE)
     _, tok = model_tok
     prompts = [tok.decode(chat_ids(tok, [{"role": "user", "content": it.prompt}])) for it in items]

@@ -11,12 +11,14 @@ bandwidth roof, and where decode turns compute-bound.
 The pure functions (``step_bytes``, ``step_flops``, ``roofline_ms``, ``compute_bound_rows``,
 ``knee_rows``) are the model; ``measure_*`` time things.
 """
+
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -53,8 +55,9 @@ def roofline_ms(nbytes: int, flops: int, bandwidth_gbs: float, gflops: float) ->
     return max(nbytes / (bandwidth_gbs * 1e6), flops / (gflops * 1e6))
 
 
-def compute_bound_rows(s: Shape, ctx: int, bandwidth_gbs: float, gflops: float,
-                       rows: tuple[int, ...] = ROWS) -> int | None:
+def compute_bound_rows(
+    s: Shape, ctx: int, bandwidth_gbs: float, gflops: float, rows: tuple[int, ...] = ROWS
+) -> int | None:
     """The first row count whose arithmetic intensity (flop/byte) exceeds the machine balance
     (gflops / bandwidth), i.e. where the roofline says compute, not memory, bounds the step."""
     balance = gflops / bandwidth_gbs
@@ -92,28 +95,56 @@ def measure_bandwidth(mb: int = 512, reps: int = 10) -> dict[str, float]:
     read = _times(lambda: x.sum(), reps)
     copy = _times(lambda: y.copy_(x), reps)
     nbytes = x.numel() * 4
-    return {"read_gbs": nbytes / min(read) / 1e9, "read_gbs_median": nbytes / statistics.median(read) / 1e9,
-            "copy_gbs": 2 * nbytes / min(copy) / 1e9, "mb": mb}
+    return {
+        "read_gbs": nbytes / min(read) / 1e9,
+        "read_gbs_median": nbytes / statistics.median(read) / 1e9,
+        "copy_gbs": 2 * nbytes / min(copy) / 1e9,
+        "mb": mb,
+    }
 
 
 def measure_gflops(n: int = 1536, reps: int = 10) -> dict[str, float]:
     """fp32 GEMM throughput: ``n x n @ n x n`` (2 n^3 flops), best of ``reps``."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     t = _times(lambda: torch.mm(a, b), reps)
-    return {"gflops": 2 * n ** 3 / min(t) / 1e9, "gflops_median": 2 * n ** 3 / statistics.median(t) / 1e9, "n": n}
+    return {
+        "gflops": 2 * n**3 / min(t) / 1e9,
+        "gflops_median": 2 * n**3 / statistics.median(t) / 1e9,
+        "n": n,
+    }
 
 
 def shape_of(forward, weights: str) -> Shape:
     """The decode step's shape for a ``LlamaForward`` with its weights in its format."""
     model = forward.model
-    mats = [m for l in model.model.layers for m in (l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj,
-                                                    l.self_attn.o_proj, l.mlp.gate_proj, l.mlp.up_proj,
-                                                    l.mlp.down_proj)] + [model.lm_head]
+    mats = [
+        m
+        for l in model.model.layers
+        for m in (
+            l.self_attn.q_proj,
+            l.self_attn.k_proj,
+            l.self_attn.v_proj,
+            l.self_attn.o_proj,
+            l.mlp.gate_proj,
+            l.mlp.up_proj,
+            l.mlp.down_proj,
+        )
+    ] + [model.lm_head]
     params = sum(m.weight.numel() for m in mats)
-    nbytes = forward.quant.nbytes if forward.quant is not None else sum(m.weight.numel() * m.weight.element_size()
-                                                                         for m in mats)
-    return Shape(params, nbytes, len(model.model.layers), forward.num_kv_heads, forward.num_heads,
-                 forward.head_dim, torch.finfo(forward.dtype).bits // 8)
+    nbytes = (
+        forward.quant.nbytes
+        if forward.quant is not None
+        else sum(m.weight.numel() * m.weight.element_size() for m in mats)
+    )
+    return Shape(
+        params,
+        nbytes,
+        len(model.model.layers),
+        forward.num_kv_heads,
+        forward.num_heads,
+        forward.head_dim,
+        torch.finfo(forward.dtype).bits // 8,
+    )
 
 
 def decode_batch(rows: int, ctx: int, block_size: int):
@@ -126,9 +157,15 @@ def decode_batch(rows: int, ctx: int, block_size: int):
     tables = torch.arange(rows * per).view(rows, per)  # [rows, blocks per row]
     lens = torch.full((rows,), ctx, dtype=torch.long)
     slots = slots_from_block_tables(tables, lens, block_size)  # [rows, ctx]
-    fb = ForwardBatch(input_ids=torch.arange(rows) % 1000 + 100, positions=lens - 1,
-                      write_slots=slots[:, -1].contiguous(), num_decode=rows, decode_slots=slots,
-                      decode_mask=decode_mask(lens, ctx), logits_rows=torch.arange(rows))
+    fb = ForwardBatch(
+        input_ids=torch.arange(rows) % 1000 + 100,
+        positions=lens - 1,
+        write_slots=slots[:, -1].contiguous(),
+        num_decode=rows,
+        decode_slots=slots,
+        decode_mask=decode_mask(lens, ctx),
+        logits_rows=torch.arange(rows),
+    )
     return fb, rows * per
 
 
@@ -146,8 +183,15 @@ class StepPoint:
     tokens_per_s: float  # rows / median time
 
 
-def measure_decode(forwards: dict[str, Any], bandwidth_gbs: float, gflops: float, ctx: int = 128,
-                   rows: tuple[int, ...] = ROWS, reps: int = 7, block_size: int = 16) -> dict[str, Any]:
+def measure_decode(
+    forwards: dict[str, Any],
+    bandwidth_gbs: float,
+    gflops: float,
+    ctx: int = 128,
+    rows: tuple[int, ...] = ROWS,
+    reps: int = 7,
+    block_size: int = 16,
+) -> dict[str, Any]:
     """Decode steps of each ``LlamaForward`` (one per weight format) at each row count.
 
     Formats are interleaved rep by rep, so drift on the shared machine hits all of them alike.
@@ -179,17 +223,37 @@ def measure_decode(forwards: dict[str, Any], bandwidth_gbs: float, gflops: float
             ts = samples[name][r]
             med = statistics.median(ts)
             nb, fl = step_bytes(s, r, ctx), step_flops(s, r, ctx)
-            points.append(StepPoint(r, 1000 * med, 1000 * min(ts), 1000 * max(ts), nb, fl, nb / med / 1e9,
-                                    nb / med / 1e9 / bandwidth_gbs, roofline_ms(nb, fl, bandwidth_gbs, gflops),
-                                    r / med))
-        out[name] = {"shape": asdict(s), "points": [asdict(p) for p in points],
-                     "compute_bound_rows_model": compute_bound_rows(s, ctx, bandwidth_gbs, gflops, rows),
-                     "knee_rows_measured": knee_rows(list(rows), [p.step_ms for p in points])}
+            points.append(
+                StepPoint(
+                    r,
+                    1000 * med,
+                    1000 * min(ts),
+                    1000 * max(ts),
+                    nb,
+                    fl,
+                    nb / med / 1e9,
+                    nb / med / 1e9 / bandwidth_gbs,
+                    roofline_ms(nb, fl, bandwidth_gbs, gflops),
+                    r / med,
+                )
+            )
+        out[name] = {
+            "shape": asdict(s),
+            "points": [asdict(p) for p in points],
+            "compute_bound_rows_model": compute_bound_rows(s, ctx, bandwidth_gbs, gflops, rows),
+            "knee_rows_measured": knee_rows(list(rows), [p.step_ms for p in points]),
+        }
     return out
 
 
-def roofline(model, tok, weights: tuple[str, ...] = ("fp32", "q8", "q4"), ctx: int = 128,
-             rows: tuple[int, ...] = ROWS, reps: int = 7) -> dict[str, Any]:
+def roofline(
+    model,
+    tok,
+    weights: tuple[str, ...] = ("fp32", "q8", "q4"),
+    ctx: int = 128,
+    rows: tuple[int, ...] = ROWS,
+    reps: int = 7,
+) -> dict[str, Any]:
     """The benchmark: both roofs, then decode steps per format; ``ratios`` for the README."""
     from engine.core import device
     from engine.core.llama import LlamaForward
@@ -200,13 +264,25 @@ def roofline(model, tok, weights: tuple[str, ...] = ("fp32", "q8", "q4"), ctx: i
     effective = {w: f.weights for w, f in forwards.items()}
     decode = measure_decode(forwards, bw["read_gbs"], peak["gflops"], ctx, rows, reps)
     bw_after = device.run(measure_bandwidth)  # the roof again: how much did the machine drift?
-    out: dict[str, Any] = {"machine": {"bandwidth": bw, "bandwidth_after": bw_after, "matmul": peak,
-                                       "balance_flop_per_byte": peak["gflops"] / bw["read_gbs"]},
-                           "ctx": ctx, "effective_weights": effective, "formats": decode, "runs": {}}
+    out: dict[str, Any] = {
+        "machine": {
+            "bandwidth": bw,
+            "bandwidth_after": bw_after,
+            "matmul": peak,
+            "balance_flop_per_byte": peak["gflops"] / bw["read_gbs"],
+        },
+        "ctx": ctx,
+        "effective_weights": effective,
+        "formats": decode,
+        "runs": {},
+    }
     for w, d in decode.items():
         for p in d["points"]:
             if p["rows"] in (1, 8, 64):
-                out["runs"][f"{w} x{p['rows']}"] = {"step_ms": p["step_ms"], "throughput": p["tokens_per_s"]}
+                out["runs"][f"{w} x{p['rows']}"] = {
+                    "step_ms": p["step_ms"],
+                    "throughput": p["tokens_per_s"],
+                }
     ratios: dict[str, float] = {}
     for w, d in decode.items():
         at = {p["rows"]: p for p in d["points"]}
@@ -219,26 +295,34 @@ def roofline(model, tok, weights: tuple[str, ...] = ("fp32", "q8", "q4"), ctx: i
         if w != "fp32" and base:
             for p in d["points"]:
                 if p["rows"] in (1, 8):
-                    ratios[f"{w}_step_speedup_over_fp32_{p['rows']}_rows"] = base[p["rows"]] / p["step_ms"]
+                    ratios[f"{w}_step_speedup_over_fp32_{p['rows']}_rows"] = (
+                        base[p["rows"]] / p["step_ms"]
+                    )
     out["ratios"] = ratios
     return out
 
 
 def table(result: dict[str, Any]) -> str:
     m = result["machine"]
-    lines = [f"read bandwidth {m['bandwidth']['read_gbs']:.1f} GB/s (best; median "
-             f"{m['bandwidth']['read_gbs_median']:.1f}; after the run {m['bandwidth_after']['read_gbs']:.1f}), "
-             f"fp32 GEMM {m['matmul']['gflops']:.0f} GFLOP/s (median {m['matmul']['gflops_median']:.0f}), "
-             f"balance {m['balance_flop_per_byte']:.1f} flop/byte; context {result['ctx']} tokens a row",
-             f"{'weights':<8}{'rows':>5}{'step ms':>9}{'min':>8}{'max':>8}{'MB/step':>9}{'GB/s':>7}"
-             f"{'of roof':>8}{'roof ms':>8}{'tok/s':>8}"]
+    lines = [
+        f"read bandwidth {m['bandwidth']['read_gbs']:.1f} GB/s (best; median "
+        f"{m['bandwidth']['read_gbs_median']:.1f}; after the run {m['bandwidth_after']['read_gbs']:.1f}), "
+        f"fp32 GEMM {m['matmul']['gflops']:.0f} GFLOP/s (median {m['matmul']['gflops_median']:.0f}), "
+        f"balance {m['balance_flop_per_byte']:.1f} flop/byte; context {result['ctx']} tokens a row",
+        f"{'weights':<8}{'rows':>5}{'step ms':>9}{'min':>8}{'max':>8}{'MB/step':>9}{'GB/s':>7}"
+        f"{'of roof':>8}{'roof ms':>8}{'tok/s':>8}",
+    ]
     for w, d in result["formats"].items():
         for p in d["points"]:
-            lines.append(f"{w:<8}{p['rows']:>5}{p['step_ms']:>9.2f}{p['step_ms_min']:>8.2f}{p['step_ms_max']:>8.2f}"
-                         f"{p['bytes_per_step'] / 1e6:>9.1f}{p['achieved_gbs']:>7.1f}"
-                         f"{p['fraction_of_bandwidth']:>8.2f}{p['roofline_ms']:>8.2f}{p['tokens_per_s']:>8.0f}")
-        lines.append(f"  {w}: compute-bound from {d['compute_bound_rows_model']} rows (roofline model); "
-                     f"measured knee (1.5x the 1-row step) at {d['knee_rows_measured']} rows")
+            lines.append(
+                f"{w:<8}{p['rows']:>5}{p['step_ms']:>9.2f}{p['step_ms_min']:>8.2f}{p['step_ms_max']:>8.2f}"
+                f"{p['bytes_per_step'] / 1e6:>9.1f}{p['achieved_gbs']:>7.1f}"
+                f"{p['fraction_of_bandwidth']:>8.2f}{p['roofline_ms']:>8.2f}{p['tokens_per_s']:>8.0f}"
+            )
+        lines.append(
+            f"  {w}: compute-bound from {d['compute_bound_rows_model']} rows (roofline model); "
+            f"measured knee (1.5x the 1-row step) at {d['knee_rows_measured']} rows"
+        )
     for k, v in result["ratios"].items():
         lines.append(f"  {k:<40} {v:8.3f}")
     return "\n".join(lines)

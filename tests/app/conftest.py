@@ -1,4 +1,5 @@
 """Fixtures for the page's tests: real telemetry from short engine runs, and a real engine server."""
+
 from __future__ import annotations
 
 import sys
@@ -39,7 +40,9 @@ def big(tiny):
 
 @pytest.fixture(scope="session")
 def engine_server(tmp_path_factory):
-    proc, url = start_engine(tmp_path_factory.mktemp("engine"), "--slots", "8", "--kv-blocks", "256")
+    proc, url = start_engine(
+        tmp_path_factory.mktemp("engine"), "--slots", "8", "--kv-blocks", "256"
+    )
     yield url
     stop(proc)
 

@@ -1,4 +1,5 @@
 """Start the real engine server (``python -m engine.serve``) and the real Streamlit page as subprocesses."""
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,9 @@ def _wait_port(port: int, proc: subprocess.Popen, timeout: float, log: Path) -> 
                 return
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError(f"nothing listened on port {port} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(
+        f"nothing listened on port {port} within {timeout:.0f} s:\n{log.read_text()[-3000:]}"
+    )
 
 
 def start_engine(tmp: Path, *args: str, model: str = "tiny") -> tuple[subprocess.Popen, str]:
@@ -37,14 +40,20 @@ def start_engine(tmp: Path, *args: str, model: str = "tiny") -> tuple[subprocess
     log = tmp / f"engine-{port}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("FLUXO_TOKEN", None)
-    proc = subprocess.Popen([sys.executable, "-m", "engine.serve", "--model", model, "--port", str(port), *args],
-                            cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.serve", "--model", model, "--port", str(port), *args],
+        cwd=ROOT,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     _wait_port(port, proc, 120, log)
     return proc, f"ws://127.0.0.1:{port}"
 
 
-def start_streamlit(tmp: Path, engine_url: str, address: str = "127.0.0.1",
-                    env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def start_streamlit(
+    tmp: Path, engine_url: str, address: str = "127.0.0.1", env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
     """``streamlit run app/streamlit_app.py`` headless on a free port, listening on ``address``
     (loopback by default; ``0.0.0.0`` is a classroom); waits on /_stcore/health."""
     port = free_port()
@@ -52,15 +61,36 @@ def start_streamlit(tmp: Path, engine_url: str, address: str = "127.0.0.1",
     env = {**os.environ, "FLUXO_ENGINE_URL": engine_url, "PYTHONUNBUFFERED": "1"}
     env.pop("FLUXO_TOKEN", None)
     env.update(env_extra or {})
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.headless", "true",
-                             "--server.address", address, "--server.port", str(port),
-                             "--browser.gatherUsageStats", "false", "--theme.base", "light"],
-                            cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app/streamlit_app.py",
+            "--server.headless",
+            "true",
+            "--server.address",
+            address,
+            "--server.port",
+            str(port),
+            "--browser.gatherUsageStats",
+            "false",
+            "--theme.base",
+            "light",
+        ],
+        cwd=ROOT,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     end = time.time() + 60
     while time.time() < end:
         if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+            )
         try:
             with urllib.request.urlopen(url + "/_stcore/health", timeout=1) as r:
                 if r.status == 200:

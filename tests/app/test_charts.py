@@ -1,4 +1,5 @@
 """Chart builders on real telemetry recorded from short runs of the real engine (tiny model)."""
+
 from __future__ import annotations
 
 import json
@@ -40,15 +41,22 @@ def test_spans_are_run_length_encoded(runs, policy):
 
 
 def test_dead_slots_only_in_static(runs):
-    dead = {p: sum(sp["end"] - sp["start"] for sp in charts.slot_spans(runs[p][0]) if sp["phase"] == "dead")
-            for p in ("static", "continuous", "chunked", "async")}
+    dead = {
+        p: sum(
+            sp["end"] - sp["start"] for sp in charts.slot_spans(runs[p][0]) if sp["phase"] == "dead"
+        )
+        for p in ("static", "continuous", "chunked", "async")
+    }
     assert dead["static"] > 0
     assert dead["continuous"] == dead["chunked"] == dead["async"] == 0
     # The slot chart carries them: the static spec has dead bars, in the dead colour.
     spec = charts.slot_chart(runs["static"][0])
     bars = spec["vconcat"][0]
     assert any(r["phase"] == "dead" for r in bars["data"]["values"])
-    assert bars["encoding"]["color"]["scale"]["range"][charts.PHASES.index("dead")] == charts.PHASE_COLORS["dead"]
+    assert (
+        bars["encoding"]["color"]["scale"]["range"][charts.PHASES.index("dead")]
+        == charts.PHASE_COLORS["dead"]
+    )
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked", "static"])
@@ -59,7 +67,9 @@ def test_admission_markers_line_up_with_admitting_steps(runs, policy):
     admitted = [r for r in steps if r["admitted"]]
     assert [m["step"] for m in marks] == [r["step"] for r in admitted]
     assert [m["prefill_tokens"] for m in marks] == [r["tokens"]["prefill"] for r in admitted]
-    assert len(admitted) >= 2  # the burst, then long prompts arriving mid-run (or new static batches)
+    assert (
+        len(admitted) >= 2
+    )  # the burst, then long prompts arriving mid-run (or new static batches)
     # In the chart: the rule layer holds exactly the admitting steps of the window.
     spec = charts.stall_chart(steps, last=len(steps))
     rule = spec["layer"][1]["layer"][0]
@@ -73,7 +83,9 @@ def test_stall_spike_lines_up_with_long_prompt_admission(runs):
     rows = {r["step"]: r for r in charts.itl_per_step(steps)}
     late = [r for r in steps if r["admitted"] and r["step"] > 5 and r["tokens"]["prefill"] > 100]
     assert late, "the long prompts arriving mid-run must be admitted mid-run"
-    decode_ms = sorted(r["step_ms"] for r in rows.values() if r["prefill_tokens"] == 0 and r["running"])
+    decode_ms = sorted(
+        r["step_ms"] for r in rows.values() if r["prefill_tokens"] == 0 and r["running"]
+    )
     median = decode_ms[len(decode_ms) // 2]
     assert all(rows[r["step"]]["step_ms"] > median for r in late)
 
@@ -92,7 +104,11 @@ def test_people_are_marked(runs):
     assert len(people) == 2
     spans = charts.slot_spans(steps, people)
     assert {sp["request"] for sp in spans if sp["who"] == "person"} == people
-    assert all(sp["who"] == "traffic" for sp in spans if sp["request"] not in people and sp["request"] is not None)
+    assert all(
+        sp["who"] == "traffic"
+        for sp in spans
+        if sp["request"] not in people and sp["request"] is not None
+    )
 
 
 @pytest.mark.parametrize("policy", ["continuous", "static"])
@@ -103,9 +119,11 @@ def test_kv_series_and_block_map_match_the_records(runs, policy):
     assert len(rows) == n * len(steps)
     for i, rec in enumerate(steps):
         kv = rec["kv"]
-        got = {r["state"]: r["tokens"] for r in rows[n * i:n * i + n]}
+        got = {r["state"]: r["tokens"] for r in rows[n * i : n * i + n]}
         assert got["stored"] + got["shared"] == kv["tokens_stored"]
-        assert got["shared"] == 16 * kv.get("blocks_shared", 0)  # absent (no prefix caching) counts zero
+        assert got["shared"] == 16 * kv.get(
+            "blocks_shared", 0
+        )  # absent (no prefix caching) counts zero
         assert got["cached"] == 16 * kv.get("blocks_cached", 0)
         assert got["stored"] + got["shared"] + got["allocated, unused"] == kv["tokens_allocated"]
         assert sum(got.values()) == kv["blocks_total"] * 16
@@ -157,12 +175,21 @@ def test_64_slots_2000_steps_stay_small_and_fast(big):
         times.append(time.perf_counter() - t0)
     rows = {name: charts.rows_sent(spec) for name, spec in built.items()}
     spans = charts.slot_spans(steps)
-    report = {"steps": len(steps), "slots": 64, "slot_steps": slot_steps(steps), "spans_all_steps": len(spans),
-              "build_ms_min": round(1000 * min(times), 1), "build_ms_max": round(1000 * max(times), 1),
-              "rows_sent": rows, "payload_bytes": len(payload)}
+    report = {
+        "steps": len(steps),
+        "slots": 64,
+        "slot_steps": slot_steps(steps),
+        "spans_all_steps": len(spans),
+        "build_ms_min": round(1000 * min(times), 1),
+        "build_ms_max": round(1000 * max(times), 1),
+        "rows_sent": rows,
+        "payload_bytes": len(payload),
+    }
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "chart_refresh.json").write_text(json.dumps(report, indent=2))
     print("\nchart refresh at 64 slots x 2,000 steps:", report)
     assert all(n <= charts.MAX_ROWS for n in rows.values()), rows
     assert len(spans) * 20 < slot_steps(steps)
-    assert min(times) < 2.0  # the target is 500 ms; reported above, loosely bounded here (shared CPU)
+    assert (
+        min(times) < 2.0
+    )  # the target is 500 ms; reported above, loosely bounded here (shared CPU)

@@ -1,4 +1,5 @@
 """Every page, run by Streamlit's AppTest against a real engine server (tiny model) over real websockets."""
+
 from __future__ import annotations
 
 import json
@@ -7,10 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from servers import start_engine, stop
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
-
-from servers import start_engine, stop
 
 from app import charts
 
@@ -31,15 +31,21 @@ def query(at: AppTest) -> dict[str, str]:
     """The query string the page writes into the address bar (through its keys component)."""
     from urllib.parse import parse_qsl
 
-    (keys,) = [json.loads(el.proto.json_args) for el in at.get("component_instance")
-               if el.proto.component_name.endswith("fluxo_keys")]
+    (keys,) = [
+        json.loads(el.proto.json_args)
+        for el in at.get("component_instance")
+        if el.proto.component_name.endswith("fluxo_keys")
+    ]
     return dict(parse_qsl(keys["query"]))
 
 
 def views(at: AppTest) -> list[dict]:
     """The arguments of every browser view (``app/browser_view.py``) on the page."""
-    return [json.loads(el.proto.json_args) for el in at.get("component_instance")
-            if el.proto.component_name.endswith("fluxo_view")]
+    return [
+        json.loads(el.proto.json_args)
+        for el in at.get("component_instance")
+        if el.proto.component_name.endswith("fluxo_view")
+    ]
 
 
 @pytest.fixture
@@ -83,7 +89,11 @@ def test_live_page_widgets_and_mode_toggle(page, probe):
     for key in ("ctl_max_slots", "ctl_chunk_budget", "ctl_kv_blocks", "tr_median", "tr_max"):
         assert not at.number_input(key=key).disabled
     assert len(views(at)) == 1 and at.slider(key="tr_rate") is not None
-    assert {b.label for b in at.button} >= {"Start traffic", "Stop traffic", "Prepare telemetry export"}
+    assert {b.label for b in at.button} >= {
+        "Start traffic",
+        "Stop traffic",
+        "Prepare telemetry export",
+    }
     assert at.radio(key="ctl_policy").value == "continuous"
 
     at.radio(key="ctl_policy").set_value("static").run()
@@ -107,9 +117,14 @@ def test_live_page_traffic_and_browser_view(page, probe, engine_server):
     before = views(at)
     at.run()
     (args,) = views(at)
-    assert args == before[0], "the view's arguments do not change with the steps: no resend, no rebuild"
+    assert args == before[0], (
+        "the view's arguments do not change with the steps: no resend, no rebuild"
+    )
     assert args["mode"] == "live" and args["chat"] and args["metrics"]
-    assert args["engine_port"] == int(engine_server.rsplit(":", 1)[1]) and args["engine_public_url"] is None
+    assert (
+        args["engine_port"] == int(engine_server.rsplit(":", 1)[1])
+        and args["engine_public_url"] is None
+    )
     assert args["specs"] == json.loads(json.dumps(charts.named_charts(slots=8)))
     # Nothing drawn or chatted through Streamlit (one empty chart: ui._preload's hidden one).
     assert len(at.get("vega_lite_chart")) == 1 and not at.chat_input
@@ -126,7 +141,15 @@ def test_server_error_is_shown(page, probe):
 
 
 def test_step_page_pause_and_single_step(page, probe):
-    probe.request("traffic", action="start", rate=5.0, prompts="chat", lengths="uniform", median=200, max_tokens=256)
+    probe.request(
+        "traffic",
+        action="start",
+        rate=5.0,
+        prompts="chat",
+        lengths="uniform",
+        median=200,
+        max_tokens=256,
+    )
     assert wait_for(lambda: len(probe.snapshot().steps) > 5)
     at = page("step")
     at.button(key="pause").click().run()
@@ -138,7 +161,9 @@ def test_step_page_pause_and_single_step(page, probe):
     assert wait_for(lambda: probe.state["step"] == before + 1)
     at.run()
     slider = at.select_slider(key="step_at")
-    assert str(slider.value) == slider.options[-1] == str(before + 1)  # the page follows the new step
+    assert (
+        str(slider.value) == slider.options[-1] == str(before + 1)
+    )  # the page follows the new step
     table = at.dataframe[0].value
     assert list(table.columns[:4]) == ["slot", "request", "who", "phase"]
     assert len(table) >= 8
@@ -159,10 +184,20 @@ def test_compare_page(page, probe):
     at.button(key="cmp_run").click().run(timeout=300)
     assert not at.error, [e.value for e in at.error]
     result = at.session_state["cmp_result"]
-    assert result["a"]["config"]["policy"] == "static" and result["b"]["config"]["policy"] == "continuous"
+    assert (
+        result["a"]["config"]["policy"] == "static"
+        and result["b"]["config"]["policy"] == "continuous"
+    )
     assert result["ratios"]
-    a, b = views(at)  # the same four charts, side by side, drawn in the browser from the replays' records
-    assert a["mode"] == b["mode"] == "static" and a["order"] == b["order"] == ["slots", "stalls", "kv", "lanes"]
+    a, b = views(
+        at
+    )  # the same four charts, side by side, drawn in the browser from the replays' records
+    assert a["mode"] == b["mode"] == "static" and a["order"] == b["order"] == [
+        "slots",
+        "stalls",
+        "kv",
+        "lanes",
+    ]
     assert [r["step"] for r in a["steps"]] == [r["step"] for r in result["a"]["steps"]]
     assert len(at.main.dataframe) == 1
 
@@ -249,7 +284,9 @@ def test_live_falls_back_to_a_recording(offline):
     assert at.radio(key="src").value == "rec" and at.selectbox(key="rec").value == REC
     (view,) = views(at)
     run = load(APP.parent / "lessons" / REC / "recording.jsonl").runs["a"]
-    assert view["mode"] == "replay" and [r["step"] for r in view["steps"]] == [r["step"] for r in run.steps]
+    assert view["mode"] == "replay" and [r["step"] for r in view["steps"]] == [
+        r["step"] for r in run.steps
+    ]
     assert [m.label for m in at.metric][:2] == ["useful tokens/s", "TTFT p50"]
     assert query(at)["src"] == "rec" and query(at)["rec"] == REC
     at.selectbox(key="run").set_value("b").run()
@@ -280,4 +317,3 @@ def test_compare_on_a_recording_is_formatted(offline):
     assert any("," in c for c in cells)
     assert [m.label for m in at.metric][0].endswith("B/A")
     assert all("×" in m.value for m in at.metric)
-

@@ -6,6 +6,7 @@ on the same records, exactly (same floats: the same operations in the same order
 the records carries ``expected_s`` (spiky, so steps slowed by the machine and admission stalls
 both occur) and prefix-cache counts, so the honest-stall and shared/cached paths are compared too.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,7 +21,9 @@ ROWS_JS = Path(__file__).resolve().parents[2] / "app" / "component" / "rows.js"
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium"
+)
 
 JS = """([steps, people]) => {
   const R = window.FluxoRows;
@@ -47,16 +50,25 @@ def python_rows(steps: list[dict], people: set[int]) -> dict:
     prefixes = [1, len(steps) // 3, len(steps) // 2, len(steps)]
     win, spans = charts._fit_window(steps, 300, people, 1500)
     return {
-        "slot_spans": charts.slot_spans(steps, people), "queue_series": charts.queue_series(steps),
-        "overview": charts.overview(steps), "overview_20": charts.overview(steps, 20),
+        "slot_spans": charts.slot_spans(steps, people),
+        "queue_series": charts.queue_series(steps),
+        "overview": charts.overview(steps),
+        "overview_20": charts.overview(steps, 20),
         "fit_window": [[r["step"] for r in win], spans],
-        "itl_per_step": itl, "admission_markers": charts.admission_markers(itl),
-        "machine_markers": charts.machine_markers(itl), "stall_lines": charts.stall_lines(itl),
+        "itl_per_step": itl,
+        "admission_markers": charts.admission_markers(itl),
+        "machine_markers": charts.machine_markers(itl),
+        "stall_lines": charts.stall_lines(itl),
         "prefill_bars": charts.prefill_bars(itl),
-        "kv_series": charts.kv_series(steps), "kv_series_fine": charts.kv_series(steps, bins=len(steps), block_size=16),
-        "request_kv_tokens": [[[k, v] for k, v in charts.request_kv_tokens(steps[:n]).items()] for n in prefixes],
-        "block_map": [charts.block_map(steps[:n]) for n in prefixes], "block_map_small": charts.block_map(steps, 50),
-        "lane_spans": charts.lane_spans(steps, 12), "lane_spans_all": charts.lane_spans(steps, 0),
+        "kv_series": charts.kv_series(steps),
+        "kv_series_fine": charts.kv_series(steps, bins=len(steps), block_size=16),
+        "request_kv_tokens": [
+            [[k, v] for k, v in charts.request_kv_tokens(steps[:n]).items()] for n in prefixes
+        ],
+        "block_map": [charts.block_map(steps[:n]) for n in prefixes],
+        "block_map_small": charts.block_map(steps, 50),
+        "lane_spans": charts.lane_spans(steps, 12),
+        "lane_spans_all": charts.lane_spans(steps, 0),
         "device_busy": charts.device_busy(charts.lane_spans(steps, 12)),
     }
 
@@ -117,7 +129,8 @@ def test_js_rows_fill_the_python_specs(js_page, runs):
     """What the browser feeds each named dataset is what the inline Python chart would carry."""
     steps, requests = runs["continuous"]
     people = {r["id"] for r in requests if r["client"] != "traffic"}
-    got = js_page.evaluate("""([steps, people]) => {
+    got = js_page.evaluate(
+        """([steps, people]) => {
       const R = window.FluxoRows;
       const [win, spans] = R.fitWindow(steps, 300, new Set(people), R.MAX_ROWS - R.OVERVIEW_BINS * 4 - 300);
       const itl = R.itlPerStep(steps).slice(-300);
@@ -126,7 +139,9 @@ def test_js_rows_fill_the_python_specs(js_page, runs):
               queue: R.queueSeries(win), itl_lines: R.stallLines(itl), admissions: R.admissionMarkers(itl),
               kv_series: R.kvSeries(R.window(steps, 2000)), blocks: R.blockMap(R.window(steps, 2000)),
               lanes: R.laneSpans(steps, 12)};
-    }""", [steps, sorted(people)])
+    }""",
+        [steps, sorted(people)],
+    )
     slots = charts.slot_chart(steps, people)
     stalls = charts.stall_chart(steps)
     kv = charts.kv_chart(steps)

@@ -6,6 +6,7 @@ the Vega view objects themselves, survive while steps keep arriving and while St
 a widget), that several browser sessions chatting at once are all answered, and that a page listening
 beyond loopback makes a fresh session a viewer whose presenter messages the engine refuses.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,9 @@ def test_the_lab_in_a_browser(lab, browser):
     expect(page.get_by_role("heading", name="Live")).to_be_visible()
     frame = view(page)
     box = page.frame_locator(VIEW)
-    expect(box.locator("#fluxo-status-text")).to_contain_text("connected to the engine as c", timeout=60_000)
+    expect(box.locator("#fluxo-status-text")).to_contain_text(
+        "connected to the engine as c", timeout=60_000
+    )
 
     # A chat from the browser's own connection streams back token by token.
     box.locator("#fluxo-chat-input").fill("What is the capital of France?")
@@ -49,13 +52,19 @@ def test_the_lab_in_a_browser(lab, browser):
                               window.__first = {step: +document.querySelector('#fluxo-last-step').dataset.step,
                                                 renders: fluxo.renders, canvas: document.querySelector('#chart-slots canvas').toDataURL()}; }""")
     page.evaluate(f"() => {{ document.querySelector(\"{VIEW}\").dataset.marker = 'kept'; }}")
-    frame.wait_for_function("() => +document.querySelector('#fluxo-last-step').dataset.step >= window.__first.step + 10 "
-                            "&& fluxo.renders >= window.__first.renders + 3", timeout=60_000)
+    frame.wait_for_function(
+        "() => +document.querySelector('#fluxo-last-step').dataset.step >= window.__first.step + 10 "
+        "&& fluxo.renders >= window.__first.renders + 3",
+        timeout=60_000,
+    )
     same = frame.evaluate("""() => ({marker: window.__marker,
         views: Object.keys(window.__views).length === 4 && Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k]),
         canvas: document.querySelector('#chart-slots canvas').toDataURL() !== window.__first.canvas,
         rows: fluxo.rows['slots/spans'].size})""")
-    assert same == {"marker": 42, "views": True, "canvas": True, "rows": same["rows"]} and same["rows"] > 8, same
+    assert (
+        same == {"marker": 42, "views": True, "canvas": True, "rows": same["rows"]}
+        and same["rows"] > 8
+    ), same
     page.screenshot(path=str(ARTIFACTS / "02-static-traffic.png"))
 
     # Step end -> its mark in the browser: how old each new step is when the view shows it.
@@ -76,9 +85,11 @@ def test_the_lab_in_a_browser(lab, browser):
     assert wait(lambda: probe.state.get("config", {}).get("policy") == "continuous", 30)
     expect(box.locator("#fluxo-last-step")).to_contain_text("continuous", timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / "03-continuous-traffic.png"))
-    kept = frame.evaluate("() => window.__marker === 42 && Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k])")
+    kept = frame.evaluate(
+        "() => window.__marker === 42 && Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k])"
+    )
     assert kept, "a rerun of the Streamlit script must not reload or rebuild the view"
-    assert page.evaluate(f"() => document.querySelector(\"{VIEW}\").dataset.marker") == "kept"
+    assert page.evaluate(f'() => document.querySelector("{VIEW}").dataset.marker') == "kept"
 
     # Each chart saves as PNG from its vega-embed menu (the libraries are served by the page itself).
     box.locator("#chart-stalls details summary").click()
@@ -98,13 +109,18 @@ def test_the_lab_in_a_browser(lab, browser):
     assert wait(lambda: probe.state["step"] == before + 1, 30)
     expect(page.get_by_role("heading", name=f"Step {before + 1} ·")).to_be_visible()
     step_view = page.frame_locator(VIEW)
-    expect(step_view.locator("#fluxo-last-step")).to_contain_text(f"step {before + 1} ", timeout=30_000)
+    expect(step_view.locator("#fluxo-last-step")).to_contain_text(
+        f"step {before + 1} ", timeout=30_000
+    )
     page.screenshot(path=str(ARTIFACTS / "04-step-by-step.png"))
     page.get_by_role("button", name="Resume").click()
     assert wait(lambda: not probe.state.get("paused"), 30)
     probe.request("traffic", action="stop")
     page.close()
-    report = {"step_end_to_browser_s": lags, "median_s": sorted(lags)[len(lags) // 2] if lags else None}
+    report = {
+        "step_end_to_browser_s": lags,
+        "median_s": sorted(lags)[len(lags) // 2] if lags else None,
+    }
     (ARTIFACTS / "browser_latency.json").write_text(json.dumps(report, indent=2))
     print("\nstep end -> mark in the browser (s):", report)
     assert lags, "new steps must keep appearing in the page"
@@ -121,8 +137,13 @@ def test_compare_in_a_browser(lab, browser):
     expect(page.get_by_text("Count-based")).to_be_visible(timeout=300_000)
     a, b = view(page, 0), view(page, 1)
     for frame in (a, b):
-        frame.wait_for_function("() => fluxo.renders >= 1 && Object.keys(fluxo.views).length === 4", timeout=60_000)
-        assert frame.evaluate("() => fluxo.mode") == "static" and frame.evaluate("() => fluxo.ws") is None
+        frame.wait_for_function(
+            "() => fluxo.renders >= 1 && Object.keys(fluxo.views).length === 4", timeout=60_000
+        )
+        assert (
+            frame.evaluate("() => fluxo.mode") == "static"
+            and frame.evaluate("() => fluxo.ws") is None
+        )
     page.screenshot(path=str(ARTIFACTS / "05-compare.png"), full_page=True)
     page.close()
 
@@ -134,7 +155,9 @@ def test_sessions_chat_at_once(lab, browser):
     """Several browser sessions, each its own engine client: the same moment's chats are all answered."""
     ws_url, http_url, probe = lab
     probe.request("traffic", action="stop")
-    contexts = [browser.new_context(viewport={"width": 1000, "height": 900}) for _ in range(SESSIONS)]
+    contexts = [
+        browser.new_context(viewport={"width": 1000, "height": 900}) for _ in range(SESSIONS)
+    ]
     try:
         frames = []
         for ctx in contexts:
@@ -149,9 +172,13 @@ def test_sessions_chat_at_once(lab, browser):
         for frame in frames:  # as close to the same moment as several tabs get
             frame.evaluate("() => document.getElementById('fluxo-chat-form').requestSubmit()")
         for frame in frames:
-            frame.wait_for_function("() => fluxo.chats.length === 1 && fluxo.chats[0].ended", timeout=120_000)
+            frame.wait_for_function(
+                "() => fluxo.chats.length === 1 && fluxo.chats[0].ended", timeout=120_000
+            )
         chats = [frame.evaluate("() => fluxo.chats[0]") for frame in frames]
-        assert [c["status"] for c in chats] == ["finished"] * SESSIONS, [(c["status"], c["error"]) for c in chats]
+        assert [c["status"] for c in chats] == ["finished"] * SESSIONS, [
+            (c["status"], c["error"]) for c in chats
+        ]
         assert all(c["tokens"] > 0 and c["text"] for c in chats)
         contexts[0].pages[0].screenshot(path=str(ARTIFACTS / "06-ten-sessions.png"))
     finally:
@@ -178,12 +205,16 @@ def test_exposed_page_makes_viewers(tmp_path, browser):
             frame.wait_for_function("() => fluxo.status === 'connected'", timeout=60_000)
             assert frame.evaluate("() => fluxo.role") == "viewer"
             frame.evaluate("() => fluxo.send({type: 'pause', ref: 'try-pause'})")
-            frame.wait_for_function("() => fluxo.errors.some(e => e.ref === 'try-pause')", timeout=30_000)
+            frame.wait_for_function(
+                "() => fluxo.errors.some(e => e.ref === 'try-pause')", timeout=30_000
+            )
             err = frame.evaluate("() => fluxo.errors.find(e => e.ref === 'try-pause')")
             assert err["code"] == "forbidden", err
             frame.locator("#fluxo-chat-input").fill("Hello")  # viewers still chat
             frame.locator("#fluxo-chat-input").press("Enter")
-            frame.wait_for_function("() => fluxo.chats.length === 1 && fluxo.chats[0].ended", timeout=60_000)
+            frame.wait_for_function(
+                "() => fluxo.chats.length === 1 && fluxo.chats[0].ended", timeout=60_000
+            )
             assert frame.evaluate("() => fluxo.chats[0].status") == "finished"
             page.screenshot(path=str(ARTIFACTS / "07-viewer.png"))
             page.close()

@@ -2,6 +2,7 @@
 the page in one action (Debian's chromium, playwright; at a quarter of each comparison's scale, on
 the session's one lab), and a viewer's session never receives a lesson's teacher part (answer
 keys, expected numbers) while the presenter's does (AppTest)."""
+
 from __future__ import annotations
 
 import sys
@@ -20,8 +21,14 @@ from engine.lab.scenario import compares  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted(p for p in (ROOT / "lessons").iterdir() if (p / "scenario.toml").exists())
 # Headings only the teacher's part has, in both languages.
-TEACHER_ONLY = ("Answer key", "Gabarito", "Common misconceptions", "Concepções erradas comuns",
-                "Expected numbers on the Live page", "Números esperados na página Live")
+TEACHER_ONLY = (
+    "Answer key",
+    "Gabarito",
+    "Common misconceptions",
+    "Concepções erradas comuns",
+    "Expected numbers on the Live page",
+    "Números esperados na página Live",
+)
 
 
 @pytest.fixture
@@ -37,7 +44,9 @@ def loopback_page():
 
 
 def _texts(at: AppTest) -> str:
-    return "\n".join(str(m.value) for m in at.markdown) + "\n".join(e.label for e in at.main.expander)
+    return "\n".join(str(m.value) for m in at.markdown) + "\n".join(
+        e.label for e in at.main.expander
+    )
 
 
 def _lesson_page(url: str, monkeypatch) -> AppTest:
@@ -81,10 +90,15 @@ def test_the_presenter_gets_the_teacher_part(tmp_path, monkeypatch, loopback_pag
         at.radio(key="lang").set_value("pt-BR").run()
         at.selectbox(key="lesson_name").select_index(0).run()
         assert at.selectbox(key="lesson_name").options[0] == "0 · Anatomia de uma requisição"
-        assert "Gabarito" in _texts(at) and at.button(key="lesson_compare").label == "Rodar a comparação desta aula"
+        assert (
+            "Gabarito" in _texts(at)
+            and at.button(key="lesson_compare").label == "Rodar a comparação desta aula"
+        )
         # Lesson 0's comparison from the page: one `compare`, its measured ratio in the table.
         at.button(key="lesson_compare").click().run(timeout=600)
-        assert not at.exception and not at.error, [e.value for e in at.exception] + [e.value for e in at.error]
+        assert not at.exception and not at.error, [e.value for e in at.exception] + [
+            e.value for e in at.error
+        ]
         done = at.session_state["lesson_compare_result"]
         assert done["lesson"] == LESSONS[0].name and len(done["results"]) == 1
         assert done["results"][0]["value"] is not None and len(at.main.dataframe) == 1
@@ -108,7 +122,9 @@ def test_every_compare_of_every_lesson_runs_from_the_page(lab, browser):
         title = f"{scenario['lesson']['number']} · {scenario['lesson']['title_en']}"
         page.locator(".st-key-lesson_name [data-testid='stSelectbox']").click()
         page.get_by_role("option", name=title, exact=True).click()
-        expect(page.get_by_role("heading", name=scenario["lesson"]["title_en"]).first).to_be_visible()
+        expect(
+            page.get_by_role("heading", name=scenario["lesson"]["title_en"]).first
+        ).to_be_visible()
         t0 = time.time()
         page.get_by_role("button", name="Run this lesson's comparison").click()
         expect(page.get_by_text("Comparison done")).to_be_visible(timeout=600_000)

@@ -133,4 +133,3 @@ def test_projector_mode_shows_one_large_chart(offline, browser):
     page.wait_for_timeout(500)
     page.screenshot(path=str(ARTIFACTS / "09-projector.png"))
     page.close()
-

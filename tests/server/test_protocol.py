@@ -150,6 +150,7 @@ def test_subscribe_history_steps_metrics_and_pause_step_resume(serve):
             metrics["summary"]["useful_tokens"] > 0
             and 0 <= metrics["summary"]["busy_fraction"] <= 1
         )
+
         # The request's record may have come before the metrics message (waiting for that one
         # read past it): look at what the watcher has seen first.
         def is_end(m: dict) -> bool:
