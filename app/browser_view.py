@@ -52,7 +52,9 @@ def engine_endpoint() -> dict[str, Any]:
 CHART_PT = {
     "Slot occupancy": "Ocupação dos slots",
     "Slots up to this step": "Slots até este passo",
-    "one bar per (slot, request, phase) span · black outline: people's chats": "uma barra por trecho (slot, requisição, fase) · contorno preto: conversas de pessoas",
+    "one bar per (slot, request, phase) span · black outline: people's chats": (
+        "uma barra por trecho (slot, requisição, fase) · contorno preto: conversas de pessoas"
+    ),
     "step": "passo",
     "slot": "slot",
     "phase": "fase",
@@ -64,7 +66,9 @@ CHART_PT = {
     "ms (ITL, step time)": "ms (ITL, tempo do passo)",
     "KV memory": "Memória KV",
     "KV tokens": "tokens de KV",
-    "tokens stored · shared · allocated but unused · cached · free": "tokens guardados · compartilhados · alocados sem uso · em cache · livres",
+    "tokens stored · shared · allocated but unused · cached · free": (
+        "tokens guardados · compartilhados · alocados sem uso · em cache · livres"
+    ),
     "block pool now": "blocos agora",
     "one cell per block, grouped by owner": "uma célula por bloco, por dono",
     "time (ms)": "tempo (ms)",

@@ -539,7 +539,8 @@ def stall_chart(
             "title": {
                 "text": title,
                 "subtitle": [
-                    "▼ (prefill colour): a step that admitted (bars: its prefill tokens, right axis)",
+                    "▼ (prefill colour): a step that admitted "
+                    "(bars: its prefill tokens, right axis)",
                     f"purple band: slowed by the machine (over {SLOW_FACTOR:g}x its expected time, "
                     "nothing admitted)",
                 ],
@@ -844,7 +845,10 @@ def lane_chart(
     the title, runner and device-busy fraction of the steps it shows."""
     spans = [] if named else lane_spans(steps, last)
     runner = steps[-1]["runner"] if steps else ""
-    sub = f"{runner} runner · last {last} steps · device busy {100 * device_busy(spans):.0f}% of the time"
+    sub = (
+        f"{runner} runner · last {last} steps · "
+        f"device busy {100 * device_busy(spans):.0f}% of the time"
+    )
     body: dict = {
         "data": _data(spans, "lanes", named),
         "height": height,

@@ -25,10 +25,10 @@ _W: dict[str, tuple[str, str]] = {
         "Alunos assistem e conversam; o token de quem apresenta libera os controles.",
     ),
     "locked": (
-        "This page listens beyond loopback and holds no FLUXO_TOKEN: the controls are off for everyone. "
-        "Start it with a presenter token (make lab does) to present.",
-        "Esta página escuta além do loopback e não tem FLUXO_TOKEN: os controles estão desligados para "
-        "todos. Inicie-a com um token de apresentador (make lab faz isso) para apresentar.",
+        "This page listens beyond loopback and holds no FLUXO_TOKEN: the controls are off for "
+        "everyone. Start it with a presenter token (make lab does) to present.",
+        "Esta página escuta além do loopback e não tem FLUXO_TOKEN: os controles estão desligados "
+        "para todos. Inicie-a com um token de apresentador (make lab faz isso) para apresentar.",
     ),
     "model_line": ("model {model} · server {version}", "modelo {model} · servidor {version}"),
     "device_line": ("device {device} · {name}", "dispositivo {device} · {name}"),
@@ -44,8 +44,8 @@ _W: dict[str, tuple[str, str]] = {
     "upload_help": (
         "The JSON lines export of this page (Live → Prepare telemetry export), or a lesson's "
         "recording.jsonl.",
-        "A exportação em JSON lines desta página (Live → Preparar exportação), ou o recording.jsonl "
-        "de uma aula.",
+        "A exportação em JSON lines desta página (Live → Preparar exportação), ou o "
+        "recording.jsonl de uma aula.",
     ),
     "uploaded": ("uploaded file", "arquivo enviado"),
     "run": ("run", "execução"),
@@ -60,8 +60,8 @@ _W: dict[str, tuple[str, str]] = {
     "fallback": (
         "The engine at `{url}` is not reachable: showing a recording instead (no engine needed). "
         "Pick the live engine under Source once it runs.",
-        "O motor em `{url}` não responde: mostrando uma gravação (sem motor). Escolha o motor ao vivo "
-        "em Fonte quando ele estiver rodando.",
+        "O motor em `{url}` não responde: mostrando uma gravação (sem motor). Escolha o motor ao "
+        "vivo em Fonte quando ele estiver rodando.",
     ),
     "rec_caption": (
         "Recorded {when} on {model} ({device}) · {steps} steps kept of {total} · no engine needed",
@@ -108,10 +108,10 @@ _W: dict[str, tuple[str, str]] = {
     # Live
     "live_title": ("Live", "Ao vivo"),
     "live_caption": (
-        "A real continuous-batching engine (SmolLM2-135M on this machine's CPU). Every bar below is a "
-        "measured step of it.",
-        "Um motor real de lote contínuo (SmolLM2-135M na CPU desta máquina). Cada barra abaixo é um "
-        "passo medido dele.",
+        "A real continuous-batching engine (SmolLM2-135M on this machine's CPU). Every bar below "
+        "is a measured step of it.",
+        "Um motor real de lote contínuo (SmolLM2-135M na CPU desta máquina). Cada barra abaixo é "
+        "um passo medido dele.",
     ),
     "live_rec_caption": (
         "A recorded run of the real engine, replayed in the browser: play, pause, scrub.",
@@ -143,10 +143,10 @@ _W: dict[str, tuple[str, str]] = {
     # Step by step
     "step_title": ("Step by step", "Passo a passo"),
     "step_caption": (
-        "Pause the engine and look at one step at a time: who is in each slot, what it computed, what "
-        "entered and what left.",
-        "Pause o motor e olhe um passo por vez: quem está em cada slot, o que calculou, o que entrou e o "
-        "que saiu.",
+        "Pause the engine and look at one step at a time: who is in each slot, what it computed, "
+        "what entered and what left.",
+        "Pause o motor e olhe um passo por vez: quem está em cada slot, o que calculou, o que "
+        "entrou e o que saiu.",
     ),
     "pause": ("Pause", "Pausar"),
     "step_once": ("Step once", "Um passo"),
@@ -163,7 +163,8 @@ _W: dict[str, tuple[str, str]] = {
     "running": ("running", "rodando"),
     "no_steps": (
         "No steps recorded yet: send a chat or start traffic on the Live page, then pause here.",
-        "Nenhum passo gravado ainda: mande uma conversa ou inicie tráfego na página Ao vivo, e pause aqui.",
+        "Nenhum passo gravado ainda: mande uma conversa ou inicie tráfego na página Ao vivo, e "
+        "pause aqui.",
     ),
     "back": ("Back", "Voltar"),
     "forward": ("Forward", "Avançar"),
@@ -193,7 +194,8 @@ _W: dict[str, tuple[str, str]] = {
     ),
     "why_continuous": (
         "a slot and its prompt's KV were free, so it entered and its whole prompt was prefilled",
-        "havia um slot e KV livres para o prompt, então entrou e o prompt inteiro foi pré-preenchido",
+        "havia um slot e KV livres para o prompt, então entrou e o prompt inteiro foi "
+        "pré-preenchido",
     ),
     "why_chunked": (
         "a slot was free; its prompt is prefilled in chunks within the step's token budget",
@@ -202,8 +204,8 @@ _W: dict[str, tuple[str, str]] = {
     "cached_note": (
         "; {n} of its prompt tokens came from the prefix cache (blocks another request already "
         "computed), so this step prefilled only the rest",
-        "; {n} tokens do prompt vieram do cache de prefixo (blocos que outra requisição já calculou), "
-        "então este passo pré-preencheu só o resto",
+        "; {n} tokens do prompt vieram do cache de prefixo (blocos que outra requisição já "
+        "calculou), então este passo pré-preencheu só o resto",
     ),
     "admitted": ("admitted #{rid}: {why}", "admitida #{rid}: {why}"),
     "ended": ("ended #{rid}: {why}", "terminou #{rid}: {why}"),
@@ -216,10 +218,10 @@ _W: dict[str, tuple[str, str]] = {
         "; seu slot fica morto até o lote inteiro terminar",
     ),
     "preempted": (
-        "preempted #{rid}: the KV pool ran out of blocks, so the newest running request gave its blocks "
-        "back; it waits at the head of the queue and will be recomputed",
-        "preemptada #{rid}: acabaram os blocos de KV, então a requisição mais nova devolveu os seus; ela "
-        "espera no início da fila e será recalculada",
+        "preempted #{rid}: the KV pool ran out of blocks, so the newest running request gave its "
+        "blocks back; it waits at the head of the queue and will be recomputed",
+        "preemptada #{rid}: acabaram os blocos de KV, então a requisição mais nova devolveu os "
+        "seus; ela espera no início da fila e será recalculada",
     ),
     "event": ("event: {kind} {changes}", "evento: {kind} {changes}"),
     "nothing": ("nothing entered or left in this step", "nada entrou nem saiu neste passo"),
@@ -237,14 +239,15 @@ _W: dict[str, tuple[str, str]] = {
         "One workload, two configurations, each on a fresh engine with the same weights. The live "
         "engine is held while a comparison runs, so each run measures only itself. The ratios are "
         "measured, not modelled.",
-        "Uma carga, duas configurações, cada uma num motor novo com os mesmos pesos. O motor ao vivo "
-        "fica suspenso durante a comparação, então cada execução mede só a si mesma. As razões são "
-        "medidas, não modeladas.",
+        "Uma carga, duas configurações, cada uma num motor novo com os mesmos pesos. O motor ao "
+        "vivo fica suspenso durante a comparação, então cada execução mede só a si mesma. As "
+        "razões são medidas, não modeladas.",
     ),
     "cmp_held": (
-        "A comparison is running: the live engine is held (no live steps, traffic waits) until it ends.",
-        "Uma comparação está rodando: o motor ao vivo fica suspenso (sem passos, tráfego espera) até ela "
-        "terminar.",
+        "A comparison is running: the live engine is held (no live steps, traffic waits) until it "
+        "ends.",
+        "Uma comparação está rodando: o motor ao vivo fica suspenso (sem passos, tráfego espera) "
+        "até ela terminar.",
     ),
     "cmp_what": ("what to compare", "o que comparar"),
     "cmp_scale": ("workload scale", "escala da carga"),
@@ -311,8 +314,8 @@ _W: dict[str, tuple[str, str]] = {
         "motor inalcançável em {url}: {why}; nova tentativa em {s} s",
     ),
     "v_held": (
-        "A comparison is running: the live engine is held until it ends, so the comparison measures only "
-        "itself.",
+        "A comparison is running: the live engine is held until it ends, so the comparison "
+        "measures only itself.",
         "Uma comparação está rodando: o motor ao vivo fica suspenso até ela terminar.",
     ),
     "v_no_steps": (

@@ -71,7 +71,7 @@ def lab(srgb: Iterable[float]) -> tuple[float, float, float]:
 def distance(a: str, b: str, vision: str = "normal") -> float:
     """CIE76 Delta E between two colours as ``vision`` sees them (about 2.3: just noticeable)."""
     la, lb = lab(simulate(a, vision)), lab(simulate(b, vision))
-    return sum((p - q) ** 2 for p, q in zip(la, lb)) ** 0.5
+    return sum((p - q) ** 2 for p, q in zip(la, lb, strict=True)) ** 0.5
 
 
 def min_distance(colors: dict[str, str], vision: str) -> tuple[float, tuple[str, str]]:

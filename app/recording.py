@@ -149,8 +149,8 @@ def parse(text: str | bytes, source: str = "") -> Recording:
         if kind == "recording":
             if rec.get("format") != FORMAT or rec.get("version") != VERSION:
                 raise BadRecording(
-                    f"line {n}: format {rec.get('format')!r} version {rec.get('version')!r}; this page "
-                    f"reads {FORMAT} version {VERSION}",
+                    f"line {n}: format {rec.get('format')!r} version {rec.get('version')!r}; "
+                    f"this page reads {FORMAT} version {VERSION}",
                     n,
                 )
             meta = rec

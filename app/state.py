@@ -1,4 +1,5 @@
-"""The page's shareable state: what the URL holds, and the source of the steps (engine or recording).
+"""The page's shareable state: what the URL holds, and the source of the steps (engine or
+recording).
 
 The URL's query string holds the language, the source (``src=live`` or ``rec``), the recording
 (a lesson's folder, ``rec=02-oven-vs-flow``), its run, the replay position (``at``, a step
@@ -121,7 +122,8 @@ def _parse_cached(data: bytes) -> recording.Recording:
 
 
 def choose_recording(w: dict[str, str]) -> recording.Recording | None:
-    """Sidebar: a lesson's recording or an uploaded file; a bad file gets its message, not a crash."""
+    """Sidebar: a lesson's recording or an uploaded file; a bad file gets its message, not a
+    crash."""
     recs = recording.lesson_recordings()
     options = [*recs, "upload"]
     if url().get("rec") not in options and url().get("lesson") in recs:

@@ -23,9 +23,11 @@ html, body, [class*="st-"] { font-size: 18px; }
 h1, h1 * { font-size: 2.4rem !important; font-weight: 700 !important; }
 h2, h2 * { font-size: 1.75rem !important; font-weight: 650 !important; }
 h3, h3 * { font-size: 1.4rem !important; font-weight: 600 !important; }
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.1rem !important; font-weight: 600; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * \
+{ font-size: 2.1rem !important; font-weight: 600; }
 [data-testid="stMetricLabel"], [data-testid="stMetricLabel"] * { font-size: 1.1rem !important; }
-.fluxo-legend span { display: inline-block; padding: 2px 10px; margin-right: 6px; border-radius: 4px; color: white; font-weight: 600; }
+.fluxo-legend span { display: inline-block; padding: 2px 10px; margin-right: 6px; \
+border-radius: 4px; color: white; font-weight: 600; }
 </style>
 """
 STATUS_ICON = {"connected": ":green[●]", "connecting": ":orange[●]", "disconnected": ":red[●]"}
@@ -81,13 +83,18 @@ PROJECTOR_CSS = """
 <style>
 /* Projector: a pinned light theme (whatever the OS says) and type readable from the back row. */
 html, body, [class*="st-"] { font-size: 23px; }
-.stApp, [data-testid="stSidebar"], [data-testid="stHeader"], [data-testid="stMain"] { background: #ffffff !important; }
-.stApp [data-testid="stMarkdownContainer"], .stApp label, .stApp h1, .stApp h2, .stApp h3 { color: #111111 !important; }
+.stApp, [data-testid="stSidebar"], [data-testid="stHeader"], [data-testid="stMain"] \
+{ background: #ffffff !important; }
+.stApp [data-testid="stMarkdownContainer"], .stApp label, .stApp h1, .stApp h2, .stApp h3 \
+{ color: #111111 !important; }
 h1, h1 * { font-size: 3rem !important; }
 [data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.8rem !important; }
 </style>
 """
-CHART_ONLY_CSS = "<style>[data-testid='stHeader'] { display: none; } .block-container { padding-top: 0.5rem; }</style>"
+CHART_ONLY_CSS = (
+    "<style>[data-testid='stHeader'] { display: none; } "
+    ".block-container { padding-top: 0.5rem; }</style>"
+)
 CHARTS = ("all", "slots", "stalls", "kv", "lanes")
 
 
@@ -267,7 +274,7 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
     cols = (st.columns(len(choices)) if choices else []) + (
         st.columns(len(numbers)) if numbers else []
     )
-    for col, name in zip(cols, choices + numbers):
+    for col, name in zip(cols, choices + numbers, strict=True):
         with col:
             kw = dict(
                 key=f"ctl_{name}", on_change=_on_toggle, args=(c, name), disabled=not presenter
@@ -300,7 +307,7 @@ def headline(summary: dict, caption: str, lang: str) -> None:
     """The eight headline numbers of a summary (engine.core.metrics.summarize), in the language."""
     w = i18n.words(lang)
     cols = st.columns(4) + st.columns(4)
-    for col, (label, key) in zip(cols, HEADLINE):
+    for col, (label, key) in zip(cols, HEADLINE, strict=True):
         col.metric(w[label], i18n.metric(key, summary.get(key), lang))
     st.caption(caption)
 

@@ -1,4 +1,5 @@
-"""Attention ops over Fluxo's paged KV cache: a torch reference (any device) and Triton kernels (CUDA)."""
+"""Attention ops over Fluxo's paged KV cache: a torch reference (any device) and Triton kernels
+(CUDA)."""
 
 from kernels.attention import (
     decode_attention,

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 def slots_from_block_tables(
     block_tables: torch.Tensor, ctx_lens: torch.Tensor, block_size: int
 ) -> torch.Tensor:
-    """``[B, max_blocks]`` block ids -> ``[B, max_len]`` flat slot ids (padding points at slot 0)."""
+    """``[B, max_blocks]`` block ids -> ``[B, max_len]`` flat slot ids (padding points at slot
+    0)."""
     max_len = int(ctx_lens.max()) if ctx_lens.numel() else 0
     pos = torch.arange(max_len, device=block_tables.device)
     blocks = block_tables.long().gather(
@@ -69,10 +70,11 @@ def decode_attention(
     mask: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """One query token per sequence: ``q`` ``[B, H, D]`` over padded contexts ``ctx_slots`` ``[B, L]``.
+    """One query token per sequence: ``q`` ``[B, H, D]`` over padded contexts ``ctx_slots``
+    ``[B, L]``.
 
-    ``mask`` ``[B, 1, 1, L]`` is True where a slot belongs to the sequence; the runner builds it once
-    per step because it is the same for every layer.
+    ``mask`` ``[B, 1, 1, L]`` is True where a slot belongs to the sequence; the runner builds it
+    once per step because it is the same for every layer.
     """
     b, n = ctx_slots.shape
     flat = ctx_slots.reshape(
@@ -101,10 +103,11 @@ def paged_decode_attention(
     block_size: int,
     scale: float,
 ) -> torch.Tensor:
-    """Block-table form of :func:`decode_attention`; the reference the Triton kernel is tested against.
+    """Block-table form of :func:`decode_attention`; the reference the Triton kernel is tested
+    against.
 
-    ``k_cache``/``v_cache``: ``[num_blocks * block_size, KVH, D]``; ``block_tables``: ``[B, max_blocks]``
-    int; ``ctx_lens``: ``[B]`` int, each >= 1.
+    ``k_cache``/``v_cache``: ``[num_blocks * block_size, KVH, D]``; ``block_tables``:
+    ``[B, max_blocks]`` int; ``ctx_lens``: ``[B]`` int, each >= 1.
     """
     ctx_lens = ctx_lens.long()
     slots = slots_from_block_tables(block_tables, ctx_lens, block_size)

@@ -1,12 +1,14 @@
-"""Triton paged-attention decode kernel: same contract as :func:`kernels.attention.paged_decode_attention`.
+"""Triton paged-attention decode kernel: same contract as
+:func:`kernels.attention.paged_decode_attention`.
 
 One program per (sequence, KV head). It loads each K/V block of that head once and uses it for every
 query head of the GQA group, walking the sequence's block table with an online softmax (running max
 and sum), so the context is never gathered into a padded copy as the torch reference does.
 
-Triton is optional: the module imports without it (``TRITON_AVAILABLE`` says so) and the call raises.
-CPU tensors only work under Triton's interpreter, which Triton picks when ``@triton.jit`` runs, i.e.
-when this module is imported: set ``TRITON_INTERPRET=1`` before importing it.
+Triton is optional: the module imports without it (``TRITON_AVAILABLE`` says so) and the call
+raises. CPU tensors only work under Triton's interpreter, which Triton picks when
+``@triton.jit`` runs, i.e. when this module is imported: set ``TRITON_INTERPRET=1`` before
+importing it.
 """
 
 from __future__ import annotations
@@ -70,10 +72,11 @@ if TRITON_AVAILABLE:
         ctx_len = tl.load(lens_ptr + b).to(tl.int32)
 
         m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        l = tl.zeros([GROUP_PAD], tl.float32)
+        lsum = tl.zeros([GROUP_PAD], tl.float32)
         acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-        # Only blocks holding at least one token are visited, so every block has a finite max and the
-        # first rescale is exp(-inf) = 0, never NaN; padding entries of the block table are never read.
+        # Only blocks holding at least one token are visited, so every block has a finite max and
+        # the first rescale is exp(-inf) = 0, never NaN; padding entries of the block table are
+        # never read.
         for i in range(0, tl.cdiv(ctx_len, BLOCK_SIZE)):
             # int64: slot * stride overflows int32 on big caches.
             block = tl.load(bt_ptr + b * stride_bt + i).to(tl.int64)
@@ -89,27 +92,29 @@ if TRITON_AVAILABLE:
                 mask=t_ok[:, None],
                 other=0.0,
             )
-            # Broadcast-and-reduce rather than tl.dot: GQA groups are smaller than tl.dot's 16-row minimum.
+            # Broadcast-and-reduce rather than tl.dot: GQA groups are smaller than tl.dot's 16-row
+            # minimum.
             s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
             s = tl.where(t_ok[None, :], s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, axis=1))
             alpha = tl.exp(m - m_new)
             p = tl.exp(s - m_new[:, None])
-            l = l * alpha + tl.sum(p, axis=1)
+            lsum = lsum * alpha + tl.sum(p, axis=1)
             acc = acc * alpha[:, None] + tl.sum(
                 p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1
             )
             m = m_new
 
         # ctx_len == 0 (a padded batch row) yields zeros rather than 0/0.
-        out = acc / tl.where(l > 0.0, l, 1.0)[:, None]
+        out = acc / tl.where(lsum > 0.0, lsum, 1.0)[:, None]
         tl.store(
             out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
             out.to(out_ptr.dtype.element_ty),
             mask=g_ok[:, None],
         )
 
-    # Triton chose compiled vs interpreted at decoration time; remember which, for a clear CPU error.
+    # Triton chose compiled vs interpreted at decoration time; remember which, for a clear CPU
+    # error.
     INTERPRETED = not isinstance(_paged_decode_kernel, JITFunction)
 
 
@@ -126,8 +131,9 @@ def paged_decode_attention(
     block_size: int,
     scale: float,
 ) -> torch.Tensor:
-    """``q`` ``[B, H, D]`` over the paged cache ``[num_blocks * block_size, KVH, D]``; returns ``[B, H, D]``
-    in ``q``'s dtype. ``block_tables`` ``[B, max_blocks]`` int, ``ctx_lens`` ``[B]`` int (>= 1; 0 gives zeros)."""
+    """``q`` ``[B, H, D]`` over the paged cache ``[num_blocks * block_size, KVH, D]``; returns
+    ``[B, H, D]`` in ``q``'s dtype. ``block_tables`` ``[B, max_blocks]`` int, ``ctx_lens`` ``[B]``
+    int (>= 1; 0 gives zeros)."""
     if not TRITON_AVAILABLE:
         raise RuntimeError(
             f"Triton is not installed ({_IMPORT_ERROR}); `pip install triton` or use "

@@ -137,7 +137,8 @@ def differs(result: dict, side: str) -> str:
 
 
 def table(result: dict) -> pd.DataFrame:
-    """Metrics as rows, A and B as columns: every value with its unit, in the page's number format."""
+    """Metrics as rows, A and B as columns: every value with its unit, in the page's number
+    format."""
     rows = {
         w.get("k_" + k, k): {
             side: i18n.metric(k, result[side]["summary"].get(k), lang) for side in ("a", "b")

@@ -25,8 +25,8 @@ WORDS = {
         "setup": "Set up this scenario",
         "setup_ok": "Scenario running: open the Live page.",
         "compare": "Run this lesson's comparison",
-        "compare_help": "Replays the lesson's workload under its two configurations on fresh engines; live "
-        "traffic is held meanwhile.",
+        "compare_help": "Replays the lesson's workload under its two configurations on fresh "
+        "engines; live traffic is held meanwhile.",
         "compare_wait": "Replaying comparison {i} of {n} on the real engine…",
         "compare_ok": "Comparison done: the measured ratios are below.",
         "presenter_only": "Only the presenter sets up scenarios and runs comparisons.",
@@ -34,14 +34,15 @@ WORDS = {
         "results": "This lesson's comparison, as measured now",
         "teacher": "Teacher's notes (presenter only)",
         "figure": "The lesson's figure (from its own run: {src})",
-        "no_figure": "No saved run yet for the lesson's figure: `python -m engine.lesson {n} --save` draws it here.",
+        "no_figure": "No saved run yet for the lesson's figure: "
+        "`python -m engine.lesson {n} --save` draws it here.",
         "no_text": "(no {lang} text for this lesson)",
         "cols": ("workload", "A", "B", "metric", "A value", "B value", "B / A", "scale"),
         "replay": "Replay this lesson's recording",
         "replay_help": "Its recorded comparison in the Live, Step by "
         "step and Compare views: no engine, no model.",
-        "simulated": "host_work_ms = {ms:g}: **simulated host work**, {ms:g} ms of host-side delay added to every "
-        "step (a teaching setting, not real work).",
+        "simulated": "host_work_ms = {ms:g}: **simulated host work**, {ms:g} ms of host-side "
+        "delay added to every step (a teaching setting, not real work).",
     },
     "pt-BR": {
         "title": "Aulas",
@@ -53,8 +54,8 @@ WORDS = {
         "setup": "Preparar este cenário",
         "setup_ok": "Cenário rodando: abra a página Live.",
         "compare": "Rodar a comparação desta aula",
-        "compare_help": "Repete a carga da aula nas duas configurações, em motores novos; o tráfego ao vivo "
-        "fica suspenso enquanto isso.",
+        "compare_help": "Repete a carga da aula nas duas configurações, em motores novos; "
+        "o tráfego ao vivo fica suspenso enquanto isso.",
         "compare_wait": "Repetindo a comparação {i} de {n} no motor real…",
         "compare_ok": "Comparação concluída: as razões medidas estão abaixo.",
         "presenter_only": "Só quem apresenta prepara cenários e roda comparações.",
@@ -62,14 +63,15 @@ WORDS = {
         "results": "A comparação desta aula, medida agora",
         "teacher": "Notas para quem ensina (só para quem apresenta)",
         "figure": "A figura da aula (da execução da própria aula: {src})",
-        "no_figure": "A figura da aula ainda não tem execução salva: `python -m engine.lesson {n} --save` a desenha aqui.",
+        "no_figure": "A figura da aula ainda não tem execução salva: "
+        "`python -m engine.lesson {n} --save` a desenha aqui.",
         "no_text": "(esta aula ainda não tem texto em {lang})",
         "cols": ("carga", "A", "B", "métrica", "valor A", "valor B", "B / A", "escala"),
         "replay": "Reproduzir a gravação desta aula",
         "replay_help": "A comparação gravada nas visões Ao vivo, "
         "Passo a passo e Comparar: sem motor, sem modelo.",
-        "simulated": "host_work_ms = {ms:g}: **trabalho de host simulado**, {ms:g} ms de atraso do lado do host "
-        "somados a cada passo (um ajuste didático, não trabalho de verdade).",
+        "simulated": "host_work_ms = {ms:g}: **trabalho de host simulado**, {ms:g} ms de atraso "
+        "do lado do host somados a cada passo (um ajuste didático, não trabalho de verdade).",
     },
 }
 LANGS = i18n.LANGS
@@ -94,7 +96,8 @@ def lesson_dirs() -> list[Path]:
 
 
 def setup_scenario(c, scenario: dict) -> bool:
-    """``reset``, then ``control`` with the lesson's [engine], then ``traffic`` with its [traffic]."""
+    """``reset``, then ``control`` with the lesson's [engine], then ``traffic`` with its
+    [traffic]."""
     if ui.send(c, "reset") is None:
         return False
     engine = {
@@ -112,7 +115,8 @@ def setup_scenario(c, scenario: dict) -> bool:
 
 
 def run_compares(c, scenario: dict, words: dict) -> list[dict] | None:
-    """Every [compare] of the lesson, in order (a sweep is several); the server holds live traffic."""
+    """Every [compare] of the lesson, in order (a sweep is several); the server holds live
+    traffic."""
     out = []
     todo = compares(scenario)
     for i, cmp_ in enumerate(todo, 1):

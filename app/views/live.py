@@ -11,7 +11,8 @@ w, lang = ctx.w, ctx.lang
 
 
 def replay_view() -> None:
-    """A recording's run in the live charts, played in the browser (play / pause / scrub / speed)."""
+    """A recording's run in the live charts, played in the browser (play / pause / scrub /
+    speed)."""
     if ctx.rec is None:
         st.info(w["no_recordings"])
         return

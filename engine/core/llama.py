@@ -73,7 +73,8 @@ class KVCache:
         return (self.num_blocks - 1) * self.block_size
 
     def resized(self, num_blocks: int) -> KVCache:
-        """A bigger cache holding the same contents at the same slots (used when the budget grows)."""
+        """A bigger cache holding the same contents at the same slots (used when the budget
+        grows)."""
         layers, _, kvh, d = self.k.shape
         new = KVCache(layers, num_blocks, self.block_size, kvh, d, self.k.dtype).to(self.k.device)
         n = (self.num_blocks - 1) * self.block_size
@@ -99,8 +100,8 @@ class LlamaForward:
 
             self.triton_decode = paged_decode_attention if TRITON_AVAILABLE else None
         self.fast = packable(hf_model.lm_head.weight)
-        # Quantized projections (engine/core/quant.py): None on the fp32 reference path, and where the
-        # kernels cannot run (then ``weights`` says "fp32": what the forward really reads).
+        # Quantized projections (engine/core/quant.py): None on the fp32 reference path, and where
+        # the kernels cannot run (then ``weights`` says "fp32": what the forward really reads).
         self.quant = build_quant(hf_model, weights) if weights != "fp32" else None
         self.weights = self.quant.weights if self.quant is not None else "fp32"
         if (
@@ -110,16 +111,16 @@ class LlamaForward:
                 tuple(
                     packed(m)
                     for m in (
-                        l.self_attn.q_proj,
-                        l.self_attn.k_proj,
-                        l.self_attn.v_proj,
-                        l.self_attn.o_proj,
-                        l.mlp.gate_proj,
-                        l.mlp.up_proj,
-                        l.mlp.down_proj,
+                        layer.self_attn.q_proj,
+                        layer.self_attn.k_proj,
+                        layer.self_attn.v_proj,
+                        layer.self_attn.o_proj,
+                        layer.mlp.gate_proj,
+                        layer.mlp.up_proj,
+                        layer.mlp.down_proj,
                     )
                 )
-                for l in self.layers
+                for layer in self.layers
             ]
             self.packed_head = packed(hf_model.lm_head)
         # The rotary table from the model's own module, once: identical numbers, no per-step cost.
@@ -128,7 +129,8 @@ class LlamaForward:
             probe.to(self.device), torch.arange(max_len, device=self.device)[None]
         )
         self.cos, self.sin = cos[0], sin[0]
-        # Decode-only steps on quantized weights: the whole step in one kernel call (quant.FusedDecode).
+        # Decode-only steps on quantized weights: the whole step in one kernel call
+        # (quant.FusedDecode).
         self.fused = None
         if self.quant is not None and FusedDecode.supports(hf_model):
             self.fused = FusedDecode(self.quant, hf_model, self.cos, self.sin)

@@ -191,7 +191,8 @@ def peer(
     lc = find()
     if lc is None:
         return {
-            "skipped": "no llama.cpp build in .peers/llama.cpp (scripts/build_llama_cpp.sh builds one)"
+            "skipped": "no llama.cpp build in .peers/llama.cpp "
+            "(scripts/build_llama_cpp.sh builds one)"
         }
     gguf = os.path.join(gguf_dir(), GGUF_FILE)
     _, tok = model_tok

@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         path = record_lesson(model, tok, folder)
         print(
-            f"{folder.name}: {path.stat().st_size / 1024:.0f} KB in {time.perf_counter() - t:.1f} s",
+            f"{folder.name}: {path.stat().st_size / 1024:.0f} KB in "
+            f"{time.perf_counter() - t:.1f} s",
             flush=True,
         )
     return 0

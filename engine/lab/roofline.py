@@ -25,7 +25,7 @@ import torch
 ROWS = (1, 2, 4, 8, 16, 32, 64)
 
 
-# -- the model (pure) --------------------------------------------------------------------------------
+# -- the model (pure) ------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What one decode step of a Llama model touches, independent of the machine."""
@@ -70,13 +70,13 @@ def compute_bound_rows(
 def knee_rows(rows: list[int], step_ms: list[float], growth: float = 1.5) -> int | None:
     """Measured: the first row count whose step takes ``growth`` x the one-row step (the point
     where adding rows stops being nearly free); None if no measured count gets there."""
-    for r, t in zip(rows, step_ms):
+    for r, t in zip(rows, step_ms, strict=False):
         if t >= growth * step_ms[0]:
             return r
     return None
 
 
-# -- measurements ------------------------------------------------------------------------------------
+# -- measurements ----------------------------------------------------------------------------------
 def _times(fn: Callable[[], Any], reps: int) -> list[float]:
     fn()
     out = []
@@ -119,15 +119,15 @@ def shape_of(forward, weights: str) -> Shape:
     model = forward.model
     mats = [
         m
-        for l in model.model.layers
+        for layer in model.model.layers
         for m in (
-            l.self_attn.q_proj,
-            l.self_attn.k_proj,
-            l.self_attn.v_proj,
-            l.self_attn.o_proj,
-            l.mlp.gate_proj,
-            l.mlp.up_proj,
-            l.mlp.down_proj,
+            layer.self_attn.q_proj,
+            layer.self_attn.k_proj,
+            layer.self_attn.v_proj,
+            layer.self_attn.o_proj,
+            layer.mlp.gate_proj,
+            layer.mlp.up_proj,
+            layer.mlp.down_proj,
         )
     ] + [model.lm_head]
     params = sum(m.weight.numel() for m in mats)
@@ -306,8 +306,10 @@ def table(result: dict[str, Any]) -> str:
     m = result["machine"]
     lines = [
         f"read bandwidth {m['bandwidth']['read_gbs']:.1f} GB/s (best; median "
-        f"{m['bandwidth']['read_gbs_median']:.1f}; after the run {m['bandwidth_after']['read_gbs']:.1f}), "
-        f"fp32 GEMM {m['matmul']['gflops']:.0f} GFLOP/s (median {m['matmul']['gflops_median']:.0f}), "
+        f"{m['bandwidth']['read_gbs_median']:.1f}; after the run "
+        f"{m['bandwidth_after']['read_gbs']:.1f}), "
+        f"fp32 GEMM {m['matmul']['gflops']:.0f} GFLOP/s (median "
+        f"{m['matmul']['gflops_median']:.0f}), "
         f"balance {m['balance_flop_per_byte']:.1f} flop/byte; context {result['ctx']} tokens a row",
         f"{'weights':<8}{'rows':>5}{'step ms':>9}{'min':>8}{'max':>8}{'MB/step':>9}{'GB/s':>7}"
         f"{'of roof':>8}{'roof ms':>8}{'tok/s':>8}",

@@ -1,4 +1,5 @@
-"""Fixtures for the page's tests: real telemetry from short engine runs, and a real engine server."""
+"""Fixtures for the page's tests: real telemetry from short engine runs, and a real engine
+server."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ PEOPLE = {0: "c7", 5: "c7"}  # the 1st and 6th requests of each burst come from 
 
 @pytest.fixture(scope="session")
 def runs(tiny):
-    """One real run per policy (sync), one async: a burst of 16 plus 3 long prompts arriving mid-run."""
+    """One real run per policy (sync), one async: a burst of 16 plus 3 long prompts arriving
+    mid-run."""
     model, tok = tiny
     out = {}
     for policy in ("static", "continuous", "chunked"):

@@ -19,8 +19,9 @@ def record(
     clients: dict[int, str] | None = None,
     **config,
 ) -> Engine:
-    """Submit a burst of ``n`` requests (forced lognormal lengths), optionally one more request with a
-    long prompt every ``inject_every`` steps, and step until idle. Returns the engine (its telemetry)."""
+    """Submit a burst of ``n`` requests (forced lognormal lengths), optionally one more request
+    with a long prompt every ``inject_every`` steps, and step until idle. Returns the engine (its
+    telemetry)."""
     # One thread: on a shared 2-core machine an OpenMP team of two spins against other processes.
     cfg = dict(
         model="tiny",

@@ -1,4 +1,5 @@
-"""Start the real engine server (``python -m engine.serve``) and the real Streamlit page as subprocesses."""
+"""Start the real engine server (``python -m engine.serve``) and the real Streamlit page as
+subprocesses."""
 
 from __future__ import annotations
 

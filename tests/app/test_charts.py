@@ -139,7 +139,7 @@ def test_kv_series_and_block_map_match_the_records(runs, policy):
 def test_lanes_show_gaps_in_sync_and_overlap_in_async(runs):
     def overlaps(steps):
         n = 0
-        for a, b in zip(steps, steps[1:]):
+        for a, b in zip(steps, steps[1:], strict=False):
             comp = next(s for s in a["spans"] if s["lane"] == "compute")
             prep = next(s for s in b["spans"] if s["lane"] == "cpu_prepare")
             n += prep["start"] < comp["end"] and prep["end"] > comp["start"]
@@ -157,7 +157,7 @@ def test_lanes_show_gaps_in_sync_and_overlap_in_async(runs):
 def test_specs_are_valid_vega_lite(runs):
     steps, requests = runs["static"]
     people = {r["id"] for r in requests if r["client"] != "traffic"}
-    for name, spec in charts.all_charts(steps, people).items():
+    for _name, spec in charts.all_charts(steps, people).items():
         charts.as_altair(spec, validate=True)  # raises on a spec Vega-Lite's schema rejects
         json.dumps(spec)
 

@@ -1,4 +1,5 @@
-"""Every page, run by Streamlit's AppTest against a real engine server (tiny model) over real websockets."""
+"""Every page, run by Streamlit's AppTest against a real engine server (tiny model) over real
+websockets."""
 
 from __future__ import annotations
 

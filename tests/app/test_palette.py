@@ -29,7 +29,8 @@ def test_dead_and_prefill_no_longer_collide():
 
 
 def test_simulation_is_the_published_one():
-    """Sanity of the simulation: greys are unchanged, and red and green collapse for a deuteranope."""
+    """Sanity of the simulation: greys are unchanged, and red and green collapse for a
+    deuteranope."""
     for grey in ("#000000", "#777777", "#ffffff"):
         assert palette.distance(grey, grey, "deuteranopia") == 0
         assert palette.distance(grey, grey, "normal") == pytest.approx(0)

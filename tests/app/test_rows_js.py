@@ -32,13 +32,17 @@ JS = """([steps, people]) => {
   const prefixes = [1, Math.floor(steps.length / 3), Math.floor(steps.length / 2), steps.length];
   const [win, spans] = R.fitWindow(steps, 300, ppl, 1500);
   return {
-    slot_spans: R.slotSpans(steps, ppl), queue_series: R.queueSeries(steps), overview: R.overview(steps),
+    slot_spans: R.slotSpans(steps, ppl), queue_series: R.queueSeries(steps), \
+overview: R.overview(steps),
     overview_20: R.overview(steps, 20), fit_window: [win.map(r => r.step), spans],
-    itl_per_step: itl, admission_markers: R.admissionMarkers(itl), machine_markers: R.machineMarkers(itl),
+    itl_per_step: itl, admission_markers: R.admissionMarkers(itl), \
+machine_markers: R.machineMarkers(itl),
     stall_lines: R.stallLines(itl), prefill_bars: R.prefillBars(itl),
     kv_series: R.kvSeries(steps), kv_series_fine: R.kvSeries(steps, steps.length, 16),
-    request_kv_tokens: prefixes.map(n => Array.from(R.requestKvTokens(steps.slice(0, n)).entries())),
-    block_map: prefixes.map(n => R.blockMap(steps.slice(0, n))), block_map_small: R.blockMap(steps, 50),
+    request_kv_tokens: \
+prefixes.map(n => Array.from(R.requestKvTokens(steps.slice(0, n)).entries())),
+    block_map: prefixes.map(n => R.blockMap(steps.slice(0, n))), \
+block_map_small: R.blockMap(steps, 50),
     lane_spans: R.laneSpans(steps, 12), lane_spans_all: R.laneSpans(steps, 0),
     device_busy: R.deviceBusy(R.laneSpans(steps, 12)),
   };
@@ -132,12 +136,16 @@ def test_js_rows_fill_the_python_specs(js_page, runs):
     got = js_page.evaluate(
         """([steps, people]) => {
       const R = window.FluxoRows;
-      const [win, spans] = R.fitWindow(steps, 300, new Set(people), R.MAX_ROWS - R.OVERVIEW_BINS * 4 - 300);
+      const [win, spans] = \
+R.fitWindow(steps, 300, new Set(people), R.MAX_ROWS - R.OVERVIEW_BINS * 4 - 300);
       const itl = R.itlPerStep(steps).slice(-300);
-      return {spans: spans.map(s => ({slot: s.slot, request: s.request, phase: s.phase, start: s.start, end: s.end,
+      return {spans: spans.map(s => ({slot: s.slot, request: s.request, phase: s.phase, \
+start: s.start, end: s.end,
                                       tokens: s.tokens, who: s.who})),
-              queue: R.queueSeries(win), itl_lines: R.stallLines(itl), admissions: R.admissionMarkers(itl),
-              kv_series: R.kvSeries(R.window(steps, 2000)), blocks: R.blockMap(R.window(steps, 2000)),
+              queue: R.queueSeries(win), itl_lines: R.stallLines(itl), \
+admissions: R.admissionMarkers(itl),
+              kv_series: R.kvSeries(R.window(steps, 2000)), \
+blocks: R.blockMap(R.window(steps, 2000)),
               lanes: R.laneSpans(steps, 12)};
     }""",
         [steps, sorted(people)],
@@ -158,7 +166,7 @@ def test_js_rows_fill_the_python_specs(js_page, runs):
     for chart, names in charts.DATASETS.items():
         found = set()
 
-        def walk(node):
+        def walk(node, found=found):
             if isinstance(node, dict):
                 if isinstance(node.get("data"), dict) and "name" in node["data"]:
                     found.add(node["data"]["name"])

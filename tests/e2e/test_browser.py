@@ -1,10 +1,12 @@
-"""End to end in a real browser: Debian's chromium driven by playwright, the real page, the real server.
+"""End to end in a real browser: Debian's chromium driven by playwright, the real page, the real
+server.
 
 The charts and the chat are the browser view's (app/component/, in an iframe): these tests look
 inside it. They check that the view updates incrementally (a marker set on the view's window, and
 the Vega view objects themselves, survive while steps keep arriving and while Streamlit reruns for
-a widget), that several browser sessions chatting at once are all answered, and that a page listening
-beyond loopback makes a fresh session a viewer whose presenter messages the engine refuses.
+a widget), that several browser sessions chatting at once are all answered, and that a page
+listening beyond loopback makes a fresh session a viewer whose presenter messages the engine
+refuses.
 """
 
 from __future__ import annotations
@@ -49,16 +51,19 @@ def test_the_lab_in_a_browser(lab, browser):
 
     # Incremental: the views are created once; steps keep arriving and are drawn into them.
     frame.evaluate("""() => { window.__marker = 42; window.__views = Object.assign({}, fluxo.views);
-                              window.__first = {step: +document.querySelector('#fluxo-last-step').dataset.step,
-                                                renders: fluxo.renders, canvas: document.querySelector('#chart-slots canvas').toDataURL()}; }""")
+                              window.__first = {step: \
++document.querySelector('#fluxo-last-step').dataset.step,
+                                                renders: fluxo.renders, canvas: \
+document.querySelector('#chart-slots canvas').toDataURL()}; }""")
     page.evaluate(f"() => {{ document.querySelector(\"{VIEW}\").dataset.marker = 'kept'; }}")
     frame.wait_for_function(
-        "() => +document.querySelector('#fluxo-last-step').dataset.step >= window.__first.step + 10 "
-        "&& fluxo.renders >= window.__first.renders + 3",
+        "() => +document.querySelector('#fluxo-last-step').dataset.step >= window.__first.step + "
+        "10 && fluxo.renders >= window.__first.renders + 3",
         timeout=60_000,
     )
     same = frame.evaluate("""() => ({marker: window.__marker,
-        views: Object.keys(window.__views).length === 4 && Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k]),
+        views: Object.keys(window.__views).length === 4 && \
+Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k]),
         canvas: document.querySelector('#chart-slots canvas').toDataURL() !== window.__first.canvas,
         rows: fluxo.rows['slots/spans'].size})""")
     assert (
@@ -80,25 +85,29 @@ def test_the_lab_in_a_browser(lab, browser):
         }
         return out; }""")
 
-    # Static -> continuous from a Python widget: Streamlit reruns, the view is neither reloaded nor rebuilt.
+    # Static -> continuous from a Python widget: Streamlit reruns, the view is neither reloaded
+    # nor rebuilt.
     page.get_by_text("continuous", exact=True).first.click()
     assert wait(lambda: probe.state.get("config", {}).get("policy") == "continuous", 30)
     expect(box.locator("#fluxo-last-step")).to_contain_text("continuous", timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / "03-continuous-traffic.png"))
     kept = frame.evaluate(
-        "() => window.__marker === 42 && Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k])"
+        "() => window.__marker === 42 && Object.keys(window.__views).every(k => fluxo.views[k] === "
+        "window.__views[k])"
     )
     assert kept, "a rerun of the Streamlit script must not reload or rebuild the view"
     assert page.evaluate(f'() => document.querySelector("{VIEW}").dataset.marker') == "kept"
 
-    # Each chart saves as PNG from its vega-embed menu (the libraries are served by the page itself).
+    # Each chart saves as PNG from its vega-embed menu (the libraries are served by the page
+    # itself).
     box.locator("#chart-stalls details summary").click()
     with page.expect_download() as download:
         box.locator("#chart-stalls").get_by_text("Save as PNG").click()
     png = Path(download.value.path()).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
 
-    # Step by step: pause, step once (a long answer in flight, so the step has work whatever the traffic did).
+    # Step by step: pause, step once (a long answer in flight, so the step has work whatever the
+    # traffic did).
     probe.request("chat", prompt="Tell me a long story.", max_tokens=200, ignore_eos=True)
     page.get_by_role("link", name="Step by step").click()
     expect(page.get_by_role("heading", name="Step by step")).to_be_visible()
@@ -152,7 +161,8 @@ SESSIONS = 3  # several tabs at once (the `page` benchmark sends ten: python -m 
 
 
 def test_sessions_chat_at_once(lab, browser):
-    """Several browser sessions, each its own engine client: the same moment's chats are all answered."""
+    """Several browser sessions, each its own engine client: the same moment's chats are all
+    answered."""
     ws_url, http_url, probe = lab
     probe.request("traffic", action="stop")
     contexts = [
