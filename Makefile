@@ -24,8 +24,8 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q -rs tests
 
-test-lessons: setup  # every lesson's claims, including those not yet settled on a quiet machine
-	FLUXO_LESSON_CLAIMS=all $(PY) -m pytest -q -rs tests/lessons
+test-lessons: setup  # only the lessons: structure, Portuguese, and every claim replayed
+	$(PY) -m pytest -q -rs tests/lessons
 
 bench: setup
 	$(PY) -m engine.bench all --json bench-results/all.json
