@@ -72,8 +72,26 @@ CHART_PT = {
     "block pool now": "blocos agora",
     "one cell per block, grouped by owner": "uma célula por bloco, por dono",
     "time (ms)": "tempo (ms)",
+    "start": "início",
+    "last 12 steps · gaps in compute: the device idle": (
+        "últimos 12 passos · lacunas no cálculo: o dispositivo ocioso"
+    ),
+    "purple band: slowed by the machine (over 1.5x its expected time, nothing admitted)": (
+        "faixa roxa: passo desacelerado pela máquina (mais de 1,5x o tempo esperado, nada admitido)"
+    ),
+    "▼ (prefill colour): a step that admitted (bars: its prefill tokens, right axis)": (
+        "▼ (cor do prefill): um passo que admitiu (barras: seus tokens de prefill, eixo direito)"
+    ),
 }
 PHASE_PT = {"prefill": "prefill", "decode": "decode", "dead": "morto", "idle": "ocioso"}
+KV_PT = {
+    "stored": "guardados",
+    "shared": "compartilhados",
+    "allocated, unused": "alocados sem uso",
+    "cached": "em cache",
+    "free": "livres",
+}
+LEGEND_PT = {"phase": PHASE_PT, "state": KV_PT}  # a colour field -> its values' words
 PT_LOCALE = {"decimal": ",", "thousands": ".", "grouping": [3], "currency": ["R$", ""]}
 
 
@@ -96,8 +114,9 @@ def localize(node: Any, lang: str, scale: float = 1.0, words: bool = False) -> A
             out[k] = round(v * scale)
         else:
             out[k] = localize(v, lang, scale, words or k in ("title", "text", "subtitle"))
-    if lang == "pt-BR" and out.get("field") == "phase" and "scale" in out:  # legend labels
-        expr = " : ".join(f"datum.label == '{en}' ? '{pt}'" for en, pt in PHASE_PT.items())
+    legend = LEGEND_PT.get(out.get("field")) if lang == "pt-BR" and "scale" in out else None
+    if legend:  # legend labels: the data keep their English values
+        expr = " : ".join(f"datum.label == '{en}' ? '{pt}'" for en, pt in legend.items())
         out["legend"] = {**(out.get("legend") or {}), "labelExpr": f"{expr} : datum.label"}
     return out
 

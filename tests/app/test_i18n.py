@@ -97,3 +97,26 @@ def test_chart_words_in_portuguese_leave_the_data_alone():
     assert "'field': 'fase'" not in text and "Slot occupancy" not in text
     big = browser_view.localize(specs["slots"], "en", 1.35)
     assert big["config"]["axis"]["labelFontSize"] == round(charts.FONT * 1.35)
+
+
+def test_every_chart_word_has_its_portuguese():
+    """Every title, subtitle and text of the four charts, and every legend value, reads in pt-BR."""
+    words: set[str] = set()
+
+    def walk(node, inside: bool = False) -> None:
+        if isinstance(node, list):
+            for v in node:
+                walk(v, inside)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                if k not in ("data", "scale", "field", "expr"):
+                    walk(v, inside or k in ("title", "text", "subtitle"))
+        elif isinstance(node, str) and inside:
+            words.add(node)
+
+    walk(charts.named_charts())
+    assert words and not words - browser_view.CHART_PT.keys()
+    assert set(browser_view.KV_PT) == set(charts.KV_STATES)
+    assert set(browser_view.PHASE_PT) == set(charts.PHASES)
+    kv = str(browser_view.localize(charts.named_charts()["kv"], "pt-BR"))
+    assert "alocados sem uso" in kv and "'field': 'state'" in kv

@@ -71,12 +71,19 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
         "() => document.querySelector('.st-key-fwd button') && window.__fluxoKeysReady"
     )
     page.wait_for_timeout(1000)  # the page's keys frame settles (Streamlit may replace it)
+
+    def shows(n: int) -> None:
+        """Step ``n`` drawn and the page's run finished (its address says so), as a presenter
+        waits to see the step before pressing the next key."""
+        expect(page.get_by_role("heading", name=re.compile(rf"^Passo {n} ·"))).to_be_visible()
+        page.wait_for_function(f"() => location.search.includes('at={n}')")
+
     page.keyboard.press("PageDown")
-    expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible()
+    shows(at + 1)
     page.keyboard.press("PageDown")
-    expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 2} ·"))).to_be_visible()
+    shows(at + 2)
     page.keyboard.press("PageUp")
-    expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at + 1} ·"))).to_be_visible()
+    shows(at + 1)
     page.wait_for_function(
         f"() => location.search.includes('at={at + 1}') && location.pathname.endsWith('/step')"
     )
