@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from engine.core.llama import ForwardBatch
+from engine.core.llama import BATCH_TENSORS, ForwardBatch
 from engine.core.numbers import ceil_div
 
 GRAPH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -169,17 +169,7 @@ class PinnedStaging:
 def flatten_inputs(fb: ForwardBatch) -> dict[str, torch.Tensor]:
     """The host tensors of an eager step, by name; the prefill spans' context slots travel as one
     concatenated tensor (``ctx_slots``) and are split again on the device."""
-    names = (
-        "input_ids",
-        "positions",
-        "write_slots",
-        "decode_slots",
-        "decode_mask",
-        "logits_rows",
-        "decode_tables",
-        "decode_lens",
-    )
-    out = {n: getattr(fb, n) for n in names if getattr(fb, n) is not None}
+    out = {n: getattr(fb, n) for n in BATCH_TENSORS if getattr(fb, n) is not None}
     if fb.prefills:
         out["ctx_slots"] = torch.cat([p.ctx_slots for p in fb.prefills])
     return out

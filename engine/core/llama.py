@@ -46,6 +46,19 @@ class ForwardBatch:
     carry_src: torch.Tensor | None = None  # ... from these rows of it
 
 
+# The batch's host tensors by name, as they travel to the device (carry-over indices aside).
+BATCH_TENSORS = (
+    "input_ids",
+    "positions",
+    "write_slots",
+    "decode_slots",
+    "decode_mask",
+    "logits_rows",
+    "decode_tables",
+    "decode_lens",
+)
+
+
 class KVCache:
     """Per layer, one flat K and one flat V tensor of ``[slots, kv_heads, head_dim]``."""
 

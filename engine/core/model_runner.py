@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.core.config import EngineConfig
-from engine.core.llama import ForwardBatch, KVCache, LlamaForward, PrefillSpan
+from engine.core.llama import BATCH_TENSORS, ForwardBatch, KVCache, LlamaForward, PrefillSpan
 from engine.core.sampler import sample
 from engine.core.scheduler import ScheduledBatch
 from engine.core.sequence import PLACEHOLDER, Sequence
@@ -124,18 +124,7 @@ class ModelRunner:
         device = self.cache.k.device
         if device.type == "cpu":
             return fb
-        for name in (
-            "input_ids",
-            "positions",
-            "write_slots",
-            "decode_slots",
-            "decode_mask",
-            "logits_rows",
-            "decode_tables",
-            "decode_lens",
-            "carry_dst",
-            "carry_src",
-        ):
+        for name in (*BATCH_TENSORS, "carry_dst", "carry_src"):
             t = getattr(fb, name)
             if t is not None:
                 setattr(fb, name, t.pin_memory().to(device, non_blocking=True))
