@@ -59,6 +59,21 @@ BATCH_TENSORS = (
 )
 
 
+def projections(layer: torch.nn.Module) -> tuple[torch.nn.Linear, ...]:
+    """A decoder layer's seven weight matrices, in the order the forward uses them:
+    q, k, v, o, gate, up, down."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return (
+        attn.q_proj,
+        attn.k_proj,
+        attn.v_proj,
+        attn.o_proj,
+        mlp.gate_proj,
+        mlp.up_proj,
+        mlp.down_proj,
+    )
+
+
 class KVCache:
     """Per layer, one flat K and one flat V tensor of ``[slots, kv_heads, head_dim]``."""
 
@@ -121,19 +136,7 @@ class LlamaForward:
             self.fast and self.quant is None
         ):  # per layer: q, k, v, o, gate, up, down as packed callables
             self.packed_layers = [
-                tuple(
-                    packed(m)
-                    for m in (
-                        layer.self_attn.q_proj,
-                        layer.self_attn.k_proj,
-                        layer.self_attn.v_proj,
-                        layer.self_attn.o_proj,
-                        layer.mlp.gate_proj,
-                        layer.mlp.up_proj,
-                        layer.mlp.down_proj,
-                    )
-                )
-                for layer in self.layers
+                tuple(packed(m) for m in projections(layer)) for layer in self.layers
             ]
             self.packed_head = packed(hf_model.lm_head)
         # The rotary table from the model's own module, once: identical numbers, no per-step cost.

@@ -117,19 +117,9 @@ def measure_gflops(n: int = 1536, reps: int = 10) -> dict[str, float]:
 def shape_of(forward, weights: str) -> Shape:
     """The decode step's shape for a ``LlamaForward`` with its weights in its format."""
     model = forward.model
-    mats = [
-        m
-        for layer in model.model.layers
-        for m in (
-            layer.self_attn.q_proj,
-            layer.self_attn.k_proj,
-            layer.self_attn.v_proj,
-            layer.self_attn.o_proj,
-            layer.mlp.gate_proj,
-            layer.mlp.up_proj,
-            layer.mlp.down_proj,
-        )
-    ] + [model.lm_head]
+    from engine.core.llama import projections
+
+    mats = [m for layer in model.model.layers for m in projections(layer)] + [model.lm_head]
     params = sum(m.weight.numel() for m in mats)
     nbytes = (
         forward.quant.nbytes
