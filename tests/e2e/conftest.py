@@ -1,4 +1,4 @@
-"""One lab per test session for every browser test: a real engine (tiny model) and the real page,
+"""One lab for every browser test of this package: a real engine (tiny model) and the real page,
 plus a page with no engine at all (replay), and one Chromium. Starting a lab costs ~15-30 s on a
 shared 2-core machine; each e2e file used to start its own."""
 
@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser():
     from playwright.sync_api import sync_playwright
 
@@ -38,7 +38,7 @@ def browser():
         b.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def lab(tmp_path_factory):
     """The engine (tiny model, 8 slots) and the page; a probe client checks what the page did."""
     tmp = tmp_path_factory.mktemp("lab")
@@ -58,7 +58,7 @@ def lab(tmp_path_factory):
     stop(engine)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def offline(tmp_path_factory):
     """The page alone: its engine URL answers nothing (a closed port), as on a laptop at home."""
     tmp = tmp_path_factory.mktemp("offline")
