@@ -132,13 +132,13 @@ class LlamaForward:
         # the kernels cannot run (then ``weights`` says "fp32": what the forward really reads).
         self.quant = build_quant(hf_model, weights) if weights != "fp32" else None
         self.weights = self.quant.weights if self.quant is not None else "fp32"
-        if (
-            self.fast and self.quant is None
-        ):  # per layer: q, k, v, o, gate, up, down as packed callables
-            self.packed_layers = [
-                tuple(packed(m) for m in projections(layer)) for layer in self.layers
-            ]
-            self.packed_head = packed(hf_model.lm_head)
+        # Per layer: q, k, v, o, gate, up, down, as packed callables where the weights allow
+        # (the quantized path reads self.quant.layers instead).
+        if self.quant is None:
+            self.proj_layers = [projections(layer) for layer in self.layers]
+            if self.fast:
+                self.proj_layers = [tuple(packed(m) for m in ps) for ps in self.proj_layers]
+                self.packed_head = packed(hf_model.lm_head)
         # The rotary table from the model's own module, once: identical numbers, no per-step cost.
         probe = torch.zeros(1, dtype=self.dtype)
         cos, sin = hf_model.model.rotary_emb(
@@ -174,69 +174,85 @@ class LlamaForward:
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
         """Returns logits ``[len(batch.logits_rows), vocab]``."""
-        t = batch.input_ids.shape[0]
         if self.fused is not None and not batch.prefills and batch.decode_slots is not None:
             return self._fused_decode(batch, cache)
-        h = self.model.model.embed_tokens(batch.input_ids)
-        cos = self.cos[batch.positions][:, None, :]
+        h = self.model.model.embed_tokens(batch.input_ids)  # [T, hidden]
+        cos = self.cos[batch.positions][:, None, :]  # [T, 1, head_dim]
         sin = self.sin[batch.positions][:, None, :]
-        nd = batch.num_decode
-        for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            x = layer.input_layernorm(h)
-            if self.quant is not None:  # q, k, v in one product over the row-stacked weights
-                qkv, o_proj, gate_up, down = self.quant.layers[i]
-                q, k, v = qkv(x).split(self.quant.qkv_sizes, dim=1)
-            else:
-                if self.fast:
-                    q_proj, k_proj, v_proj, o_proj, gate, up, down = self.packed_layers[i]
-                else:
-                    q_proj, k_proj, v_proj, o_proj = (
-                        attn.q_proj,
-                        attn.k_proj,
-                        attn.v_proj,
-                        attn.o_proj,
-                    )
-                q, k, v = q_proj(x), k_proj(x), v_proj(x)
-            q = q.view(t, self.num_heads, self.head_dim)
-            k = k.view(t, self.num_kv_heads, self.head_dim)
-            v = v.view(t, self.num_kv_heads, self.head_dim)
-            q = q * cos + self._rotate_half(q) * sin
-            k = k * cos + self._rotate_half(k) * sin
-            kc, vc = cache.k[i], cache.v[i]
-            kc.index_copy_(0, batch.write_slots, k)
-            vc.index_copy_(0, batch.write_slots, v)
-            if not batch.prefills:
-                o = self._decode(q, kc, vc, batch, cache.block_size)
-            else:
-                parts = []
-                if nd:
-                    parts.append(self._decode(q[:nd], kc, vc, batch, cache.block_size))
-                for p in batch.prefills:
-                    parts.append(
-                        prefill_attention(
-                            q[p.start : p.end],
-                            kc,
-                            vc,
-                            p.ctx_slots,
-                            p.q_start,
-                            self.scale,
-                            k[p.start : p.end],
-                            v[p.start : p.end],
-                        )
-                    )
-                o = torch.cat(parts) if len(parts) > 1 else parts[0]
-            h = h + o_proj(o.reshape(t, self.num_heads * self.head_dim))
-            x = layer.post_attention_layernorm(h)
-            if self.quant is not None:
-                g, u = gate_up(x).chunk(2, dim=1)  # [t, 2 * inter] -> two [t, inter] views
-                h = h + down(layer.mlp.act_fn(g) * u)
-            elif self.fast:
-                h = h + down(layer.mlp.act_fn(gate(x)) * up(x))
-            else:
-                h = h + layer.mlp(x)
+        for i, layer in enumerate(self.layers):  # one call per layer, nothing else added
+            h = self._layer(i, layer, h, cos, sin, batch, cache)
         h = self.model.model.norm(h[batch.logits_rows])
         return self._lm_head(h)
+
+    def _layer(
+        self,
+        i: int,
+        layer: torch.nn.Module,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        batch: ForwardBatch,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """Decoder layer ``i`` over the flat batch: ``h [T, hidden] -> [T, hidden]``, writing the
+        batch's K/V into the cache on the way."""
+        t = h.shape[0]
+        x = layer.input_layernorm(h)
+        if self.quant is not None:  # q, k, v in one product over the row-stacked weights
+            qkv, o_proj, gate_up, down = self.quant.layers[i]
+            q, k, v = qkv(x).split(self.quant.qkv_sizes, dim=1)
+        else:
+            q_proj, k_proj, v_proj, o_proj, gate, up, down = self.proj_layers[i]
+            q, k, v = q_proj(x), k_proj(x), v_proj(x)
+        q = q.view(t, self.num_heads, self.head_dim)  # [T, heads * d] -> [T, heads, d]
+        k = k.view(t, self.num_kv_heads, self.head_dim)  # [T, kv_heads * d] -> [T, kv_heads, d]
+        v = v.view(t, self.num_kv_heads, self.head_dim)
+        q = q * cos + self._rotate_half(q) * sin
+        k = k * cos + self._rotate_half(k) * sin
+        kc, vc = cache.k[i], cache.v[i]
+        kc.index_copy_(0, batch.write_slots, k)
+        vc.index_copy_(0, batch.write_slots, v)
+        if not batch.prefills:
+            o = self._decode(q, kc, vc, batch, cache.block_size)
+        else:
+            o = self._mixed_attention(q, k, v, kc, vc, batch, cache.block_size)
+        h = h + o_proj(o.reshape(t, self.num_heads * self.head_dim))  # [T, heads, d] -> [T, hd]
+        x = layer.post_attention_layernorm(h)
+        if self.quant is not None:
+            g, u = gate_up(x).chunk(2, dim=1)  # [t, 2 * inter] -> two [t, inter] views
+            return h + down(layer.mlp.act_fn(g) * u)
+        if self.fast:
+            return h + down(layer.mlp.act_fn(gate(x)) * up(x))
+        return h + layer.mlp(x)
+
+    def _mixed_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kc: torch.Tensor,
+        vc: torch.Tensor,
+        batch: ForwardBatch,
+        bs: int,
+    ) -> torch.Tensor:
+        """Attention of a batch holding prefills: the decode rows first, then each prefill span
+        over its own context; ``[T, heads, d]`` in the batch's row order."""
+        nd = batch.num_decode
+        parts = [self._decode(q[:nd], kc, vc, batch, bs)] if nd else []
+        for p in batch.prefills:
+            parts.append(
+                prefill_attention(
+                    q[p.start : p.end],
+                    kc,
+                    vc,
+                    p.ctx_slots,
+                    p.q_start,
+                    self.scale,
+                    k[p.start : p.end],
+                    v[p.start : p.end],
+                )
+            )
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def _fused_decode(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
         """A decode-only batch on quantized weights: one kernel call for the whole step."""
