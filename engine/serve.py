@@ -25,6 +25,12 @@ from engine.server.server import Comparison, Limits, Server
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.serve", description=__doc__)
+    for add in (_network_args, _model_args, _scheduler_args, _limit_args, _cpu_args):
+        add(ap)  # in this order: --help lists them so
+    return ap.parse_args(argv)
+
+
+def _network_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument(
@@ -36,6 +42,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--token", default=os.environ.get("FLUXO_TOKEN"), help="presenter token (or FLUXO_TOKEN)"
     )
+
+
+def _model_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--model",
         default="smollm2",
@@ -56,12 +65,18 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="cpu or cuda (or FLUXO_DEVICE); "
         "cuda without a GPU is an error, never a silent CPU run",
     )
+
+
+def _scheduler_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--policy", default="continuous")
     ap.add_argument("--runner", default="sync")
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--kv-blocks", type=int, default=256)
     ap.add_argument("--kv-layout", default="paged")
     ap.add_argument("--chunk-budget", type=int, default=64)
+
+
+def _limit_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--queue-limit", type=int, default=Limits().queue_limit)
     ap.add_argument(
         "--max-open", type=int, default=Limits().max_open_requests, help="open requests per client"
@@ -78,6 +93,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         default=20_000,
         help="step records kept for late subscribers and export",
     )
+
+
+def _cpu_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: one per core it may use)"
     )
@@ -93,7 +111,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="skip the ~3 s start-up run that calibrates the cost model behind the stall chart's "
         "expected step times (it then learns from live steps only)",
     )
-    return ap.parse_args(argv)
 
 
 def _config(args: argparse.Namespace) -> EngineConfig:
