@@ -101,6 +101,46 @@ class ServerResult:
     note: str
 
 
+def _start_server(
+    lc: LlamaCpp, gguf: str, slots: int, threads: int, ctx: int
+) -> tuple[subprocess.Popen, str]:
+    """``llama-server`` on a free local port, up and healthy: ``(process, base url)``."""
+    port = _free_port()
+    cmd = [str(lc.server), "-m", gguf, "-t", str(threads), "-tb", str(threads)]
+    cmd += ["-np", str(slots), "-c", str(ctx), "--port", str(port)]
+    cmd += ["--host", "127.0.0.1", "--no-webui"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(proc, base, timeout_s=120)
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, base
+
+
+def _wait_healthy(proc: subprocess.Popen, base: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("llama-server did not come up")
+        time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def run_server(
     lc: LlamaCpp,
     gguf: str,
@@ -112,42 +152,8 @@ def run_server(
 ) -> ServerResult:
     """All ``items`` sent at once to ``llama-server -np slots``; ``prompts`` are the chat-templated
     texts (the same template Fluxo applies). Wall time from the first send to the last answer."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            str(lc.server),
-            "-m",
-            gguf,
-            "-t",
-            str(threads),
-            "-tb",
-            str(threads),
-            "-np",
-            str(slots),
-            "-c",
-            str(slots * ctx_per_slot),
-            "--port",
-            str(port),
-            "--host",
-            "127.0.0.1",
-            "--no-webui",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
+    proc, base = _start_server(lc, gguf, slots, threads, slots * ctx_per_slot)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("llama-server did not come up")
-            time.sleep(0.5)
 
         def one(i: int, n: int = 0) -> int:
             body = {
@@ -166,11 +172,7 @@ def run_server(
             got = list(pool.map(one, range(len(items))))
         wall = time.perf_counter() - start
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
     useful = sum(got)
     return ServerResult(
         "llama_cpp_server",
