@@ -173,23 +173,7 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for _ in range(reps):
             for phase in ("closed", "open"):
-                ctx = page = None
-                if phase == "open":
-                    ctx = browser.new_context(viewport={"width": 1600, "height": 1400})
-                    page = ctx.new_page()
-                    page.goto(page_url, timeout=180_000)
-                    _fill_frame(page, "#fluxo-charts canvas, #fluxo-charts svg", 300)
-                    time.sleep(5)  # the view is drawn and streaming
-                s0, c0, t0 = _cpu_seconds([page_pid]), _cpu_seconds(_chromium_pids()), time.time()
-                time.sleep(seconds)
-                t1 = time.time()
-                s1, c1 = _cpu_seconds([page_pid]), _cpu_seconds(_chromium_pids())
-                phases[phase] += tap.window(t0, t1)
-                cores[f"streamlit_{phase}"].append((s1 - s0) / (t1 - t0))
-                if phase == "open":
-                    cores["chromium_open"].append((c1 - c0) / (t1 - t0))
-                    ctx.close()
-                    time.sleep(3)
+                _page_phase(browser, tap, page_url, page_pid, phase, seconds, phases, cores)
             for phase in ("none", "viewers"):
                 t0 = time.time()
                 if phase == "viewers":
@@ -204,17 +188,52 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
     runs = {name: _stats(xs) for name, xs in phases.items()}
     for k, xs in cores.items():
         runs.setdefault("cores", {})[k] = median(xs) if xs else None
+    ratios = _ratios(runs)
+    ratios["page_class_chats_answered"] = answered
+    ratios["page_class_chats_refused"] = refused
+    return {"runs": runs, "ratios": ratios, "reps": reps, "seconds": seconds}
+
+
+def _page_phase(
+    browser,
+    tap: StepTap,
+    page_url: str,
+    page_pid: int,
+    phase: str,
+    seconds: float,
+    phases: dict[str, list[float]],
+    cores: dict[str, list[float]],
+) -> None:
+    """``seconds`` of steps with the Live page ``"open"`` in a browser tab, or ``"closed"``;
+    appends the window's step times to ``phases`` and the cores used to ``cores``."""
+    ctx = page = None
+    if phase == "open":
+        ctx = browser.new_context(viewport={"width": 1600, "height": 1400})
+        page = ctx.new_page()
+        page.goto(page_url, timeout=180_000)
+        _fill_frame(page, "#fluxo-charts canvas, #fluxo-charts svg", 300)
+        time.sleep(5)  # the view is drawn and streaming
+    s0, c0, t0 = _cpu_seconds([page_pid]), _cpu_seconds(_chromium_pids()), time.time()
+    time.sleep(seconds)
+    t1 = time.time()
+    s1, c1 = _cpu_seconds([page_pid]), _cpu_seconds(_chromium_pids())
+    phases[phase] += tap.window(t0, t1)
+    cores[f"streamlit_{phase}"].append((s1 - s0) / (t1 - t0))
+    if phase == "open":
+        cores["chromium_open"].append((c1 - c0) / (t1 - t0))
+        ctx.close()
+        time.sleep(3)
+
+
+def _ratios(runs: dict) -> dict:
     r = runs
-    ratios = {
+    return {
         "page_step_p50_open_over_closed": r["open"]["p50_ms"] / r["closed"]["p50_ms"],
         "page_step_p90_open_over_closed": r["open"]["p90_ms"] / r["closed"]["p90_ms"],
         "page_streamlit_cores_per_session": runs["cores"]["streamlit_open"],
         "page_chromium_cores": runs["cores"]["chromium_open"],
         "page_step_p50_viewers_over_none": r["viewers"]["p50_ms"] / r["none"]["p50_ms"],
-        "page_class_chats_answered": answered,
-        "page_class_chats_refused": refused,
     }
-    return {"runs": runs, "ratios": ratios, "reps": reps, "seconds": seconds}
 
 
 def class_chat(browser, page_url: str, n: int) -> tuple[int, int]:
