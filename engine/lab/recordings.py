@@ -59,54 +59,63 @@ def _label(config: dict[str, Any], other: dict[str, Any]) -> str:
     )
 
 
+def _header(folder: Path, scenario: dict, cmp_: dict, scale: float) -> dict[str, Any]:
+    """The recording's first line: which lesson, which [compare], when and how loaded."""
+    meta = scenario["lesson"]
+    return {
+        "type": "recording",
+        "format": FORMAT,
+        "version": VERSION,
+        "lesson": folder.name,
+        "number": meta["number"],
+        "title_en": meta["title_en"],
+        "title_pt": meta["title_pt"],
+        "workload": cmp_["workload"],
+        "scale": scale,
+        "ratio": cmp_.get("ratio", "throughput_b_over_a"),
+        "model": "smollm2",
+        "device": "cpu",
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": round(os.getloadavg()[0], 1),
+        "runs": ["a", "b"],
+        "max_steps": MAX_STEPS,
+    }
+
+
+def _run_lines(side: str, cmp_: dict, res: dict) -> list[dict[str, Any]]:
+    """One side's lines: its ``run`` line, its first ``MAX_STEPS`` steps and the requests that
+    arrived by the last of them."""
+    steps = res["steps"][:MAX_STEPS]
+    t_last = steps[-1]["t_end"] if steps else 0.0
+    requests = [r for r in res["requests"] if r["arrival"] <= t_last]
+    other = cmp_.get("b" if side == "a" else "a", {})
+    run = {
+        "type": "run",
+        "run": side,
+        "label": _label(cmp_.get(side, {}), other),
+        "config": res["config"],
+        "summary": res["summary"],
+        "steps_total": len(res["steps"]),
+        "steps_kept": len(steps),
+    }
+    return [
+        run,
+        *({"type": "step", "run": side, **s} for s in steps),
+        *({"type": "request", "run": side, **r} for r in requests),
+    ]
+
+
 def record_lesson(model, tok, folder: Path) -> Path:
     """Run the lesson's first [compare] (both sides) and write ``folder/recording.jsonl``."""
     scenario = load(folder / "scenario.toml")
     cmp_ = compares(scenario)[0]
     spec = SPECS[cmp_["workload"]]
     scale = max(0.05, float(cmp_.get("scale", 1.0)) * SCALE_FACTOR)
-    meta = scenario["lesson"]
-    lines = [
-        {
-            "type": "recording",
-            "format": FORMAT,
-            "version": VERSION,
-            "lesson": folder.name,
-            "number": meta["number"],
-            "title_en": meta["title_en"],
-            "title_pt": meta["title_pt"],
-            "workload": cmp_["workload"],
-            "scale": scale,
-            "ratio": cmp_.get("ratio", "throughput_b_over_a"),
-            "model": "smollm2",
-            "device": "cpu",
-            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "load": round(os.getloadavg()[0], 1),
-            "runs": ["a", "b"],
-            "max_steps": MAX_STEPS,
-        }
-    ]
+    lines = [_header(folder, scenario, cmp_, scale)]
     for side in ("a", "b"):
         # One torch thread: on a shared 2-core machine (load ~12 here) a team of two spins.
         config = {**engine_config(spec["engine"], cmp_.get(side, {})), "threads": 1}
-        res = measure(model, tok, spec, config, scale)
-        steps = res["steps"][:MAX_STEPS]
-        t_last = steps[-1]["t_end"] if steps else 0.0
-        requests = [r for r in res["requests"] if r["arrival"] <= t_last]
-        other = cmp_.get("b" if side == "a" else "a", {})
-        lines.append(
-            {
-                "type": "run",
-                "run": side,
-                "label": _label(cmp_.get(side, {}), other),
-                "config": res["config"],
-                "summary": res["summary"],
-                "steps_total": len(res["steps"]),
-                "steps_kept": len(steps),
-            }
-        )
-        lines += [{"type": "step", "run": side, **s} for s in steps]
-        lines += [{"type": "request", "run": side, **r} for r in requests]
+        lines += _run_lines(side, cmp_, measure(model, tok, spec, config, scale))
     path = folder / "recording.jsonl"
     path.write_text(
         "".join(json.dumps(_round(line), separators=(",", ":")) + "\n" for line in lines)
