@@ -28,15 +28,51 @@
     const heads = Array.from(doc.querySelectorAll("[data-testid='stMain'] h2, [data-testid='stMain'] h3"))
       .filter(h => h.offsetParent !== null);
     if (!heads.length) return false;
-    const y = h => h.getBoundingClientRect().top;
-    const target = dir > 0 ? heads.find(h => y(h) > 12) : heads.slice().reverse().find(h => y(h) < -12);
+    // A heading scrolled to the top lands just under Streamlit's fixed header, not at 0: measure
+    // from there, or the heading just scrolled to would be "next" again.
+    const bar = doc.querySelector("header[data-testid='stHeader']");
+    const line = bar ? bar.getBoundingClientRect().bottom : 0;
+    const y = h => h.getBoundingClientRect().top - line;
+    const target = dir > 0 ? heads.find(h => y(h) > 24) : heads.slice().reverse().find(h => y(h) < -24);
     (target || heads[dir > 0 ? heads.length - 1 : 0]).scrollIntoView({block: "start", behavior: "instant"});
     return true;
   }
 
+  // Button presses wait for the page's run. A click that lands while Streamlit still runs the
+  // previous one interrupts that run, and the interrupted run's press could be lost: a Page Up
+  // pressed right after a Page Down went back two steps. So presses queue on the page (the queue
+  // outlives this frame, which Streamlit may replace) and one goes out per finished run.
+  function scriptState() {
+    const el = doc.querySelector("[data-test-script-state]");
+    return el ? el.getAttribute("data-test-script-state") : "notRunning";
+  }
+  function queue() {
+    return top.__fluxoKeyQueue || (top.__fluxoKeyQueue = {dirs: [], sent: 0, seen: false});
+  }
+  const pumpId = Math.random();
+  function pump() {
+    if (top.__fluxoKeysPump !== pumpId) return;  // a newer keys frame pumps the queue
+    const q = queue();
+    const st = scriptState();
+    if (q.sent) {  // a press is out: wait until its run has started and ended
+      if (st !== "notRunning") { q.seen = true; return; }
+      if (!q.seen && Date.now() - q.sent < 1500) return;
+      q.sent = 0;
+      q.seen = false;
+    }
+    if (st !== "notRunning" || !q.dirs.length) return;
+    const b = button(q.dirs.shift() > 0 ? "fwd" : "back");
+    if (b) { b.click(); q.sent = Date.now(); } else q.dirs.length = 0;  // left Step by step
+  }
+  top.__fluxoKeysPump = pumpId;
+  setInterval(pump, 40);
+
   function stepKey(dir) {
-    const b = button(dir > 0 ? "fwd" : "back");
-    if (b) { b.click(); return; }
+    if (button(dir > 0 ? "fwd" : "back") || queue().dirs.length || queue().sent) {
+      queue().dirs.push(dir);
+      pump();
+      return;
+    }
     const vs = views();
     if (vs.length) { vs.forEach(v => v.stepBy(dir)); return; }
     section(dir);
