@@ -43,11 +43,9 @@ def roofline_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def roofline_spec(result: dict[str, Any], width: int = 360, height: int = 220) -> dict[str, Any]:
-    """Vega-Lite: step time vs rows (measured, with min-max whiskers, and the bound, dashed) and
-    fraction of the measured bandwidth vs rows, colored by weight format."""
-    rows = roofline_rows(result)
-    bw = result["machine"]["bandwidth"]["read_gbs"]
+def _encodings(result: dict[str, Any]) -> tuple[dict, dict, list[dict]]:
+    """The colour (one per weight format, the known ones first), the x (rows, log2) and the
+    tooltip the two panels share."""
     fmts = [f for f in COLORS if f in result["formats"]] + [
         f for f in result["formats"] if f not in COLORS
     ]
@@ -74,76 +72,87 @@ def roofline_spec(result: dict[str, Any], width: int = 360, height: int = 220) -
             ("fraction", "quantitative"),
         )
     ]
-    time_panel = {
+    return color, x, tip
+
+
+def _measured(layer: dict) -> dict:
+    return {"transform": [{"filter": "datum.series == 'measured'"}], **layer}
+
+
+def _time_panel(color: dict, x: dict, tip: list[dict], width: int, height: int) -> dict:
+    """Step time vs rows: the bound (dashed), the measured min-max whiskers and median line."""
+    ms = {"field": "ms", "type": "quantitative", "title": "ms", "scale": {"type": "log"}}
+    bound = {
+        "transform": [{"filter": "datum.series == 'roofline bound'"}],
+        "mark": {"type": "line", "strokeDash": [4, 3]},
+        "encoding": {"x": x, "y": ms, "color": color},
+    }
+    whiskers = {
+        "mark": {"type": "rule"},
+        "encoding": {
+            "x": x,
+            "y": {"field": "lo", "type": "quantitative"},
+            "y2": {"field": "hi"},
+            "color": color,
+        },
+    }
+    line = {
+        "mark": {"type": "line", "point": True},
+        "encoding": {
+            "x": x,
+            "y": {"field": "ms", "type": "quantitative"},
+            "color": color,
+            "tooltip": tip,
+        },
+    }
+    return {
         "width": width,
         "height": height,
         "title": "decode step time (ms)",
-        "layer": [
-            {
-                "transform": [{"filter": "datum.series == 'roofline bound'"}],
-                "mark": {"type": "line", "strokeDash": [4, 3]},
-                "encoding": {
-                    "x": x,
-                    "y": {
-                        "field": "ms",
-                        "type": "quantitative",
-                        "title": "ms",
-                        "scale": {"type": "log"},
-                    },
-                    "color": color,
-                },
-            },
-            {
-                "transform": [{"filter": "datum.series == 'measured'"}],
-                "mark": {"type": "rule"},
-                "encoding": {
-                    "x": x,
-                    "y": {"field": "lo", "type": "quantitative"},
-                    "y2": {"field": "hi"},
-                    "color": color,
-                },
-            },
-            {
-                "transform": [{"filter": "datum.series == 'measured'"}],
-                "mark": {"type": "line", "point": True},
-                "encoding": {
-                    "x": x,
-                    "y": {"field": "ms", "type": "quantitative"},
-                    "color": color,
-                    "tooltip": tip,
-                },
-            },
-        ],
+        "layer": [bound, _measured(whiskers), _measured(line)],
     }
-    frac_panel = {
-        "width": width,
-        "height": height,
-        "title": f"share of the measured read bandwidth ({bw:.1f} GB/s)",
-        "transform": [{"filter": "datum.series == 'measured'"}],
-        "layer": [
-            {
-                "mark": {"type": "line", "point": True},
-                "encoding": {
-                    "x": x,
-                    "y": {
-                        "field": "fraction",
-                        "type": "quantitative",
-                        "title": "fraction",
-                        "scale": {"domain": [0, 1]},
-                    },
-                    "color": color,
-                    "tooltip": tip,
-                },
-            },
-            {
-                "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#555"},
-                "encoding": {"y": {"datum": 0.7}},
-            },
-        ],
+
+
+def _fraction_panel(
+    color: dict, x: dict, tip: list[dict], bw: float, width: int, height: int
+) -> dict:
+    """The achieved fraction of the measured read bandwidth vs rows, with a rule at 0.7."""
+    fraction = {
+        "field": "fraction",
+        "type": "quantitative",
+        "title": "fraction",
+        "scale": {"domain": [0, 1]},
     }
+    return _measured(
+        {
+            "width": width,
+            "height": height,
+            "title": f"share of the measured read bandwidth ({bw:.1f} GB/s)",
+            "layer": [
+                {
+                    "mark": {"type": "line", "point": True},
+                    "encoding": {"x": x, "y": fraction, "color": color, "tooltip": tip},
+                },
+                {
+                    "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#555"},
+                    "encoding": {"y": {"datum": 0.7}},
+                },
+            ],
+        }
+    )
+
+
+def roofline_spec(result: dict[str, Any], width: int = 360, height: int = 220) -> dict[str, Any]:
+    """Vega-Lite: step time vs rows (measured, with min-max whiskers, and the bound, dashed) and
+    fraction of the measured bandwidth vs rows, colored by weight format."""
+    color, x, tip = _encodings(result)
+    bw = result["machine"]["bandwidth"]["read_gbs"]
     return {
         "$schema": SCHEMA,
-        "data": {"values": rows},
-        "hconcat": [time_panel, frac_panel],
+        "data": {"values": roofline_rows(result)},
+        "hconcat": [
+            _time_panel(color, x, tip, width, height),
+            _fraction_panel(color, x, tip, bw, width, height),
+        ],
         "resolve": {"scale": {"color": "shared"}},
     }
