@@ -205,35 +205,46 @@ def measure_decode(
                 t = time.perf_counter()
                 device.run(fwd.forward, batches[r][0], caches[name])
                 samples[name][r].append(time.perf_counter() - t)
-    out: dict[str, Any] = {}
-    for name, fwd in forwards.items():
-        s = shape_of(fwd, name)
-        points = []
-        for r in rows:
-            ts = samples[name][r]
-            med = statistics.median(ts)
-            nb, fl = step_bytes(s, r, ctx), step_flops(s, r, ctx)
-            points.append(
-                StepPoint(
-                    r,
-                    1000 * med,
-                    1000 * min(ts),
-                    1000 * max(ts),
-                    nb,
-                    fl,
-                    nb / med / 1e9,
-                    nb / med / 1e9 / bandwidth_gbs,
-                    roofline_ms(nb, fl, bandwidth_gbs, gflops),
-                    r / med,
-                )
+    return {
+        name: _format_result(shape_of(fwd, name), samples[name], ctx, rows, bandwidth_gbs, gflops)
+        for name, fwd in forwards.items()
+    }
+
+
+def _format_result(
+    s: Shape,
+    samples: dict[int, list[float]],
+    ctx: int,
+    rows: tuple[int, ...],
+    bandwidth_gbs: float,
+    gflops: float,
+) -> dict[str, Any]:
+    """One weight format's step times (seconds, per row count) against its roofline model."""
+    points = []
+    for r in rows:
+        ts = samples[r]
+        med = statistics.median(ts)
+        nb, fl = step_bytes(s, r, ctx), step_flops(s, r, ctx)
+        points.append(
+            StepPoint(
+                r,
+                1000 * med,
+                1000 * min(ts),
+                1000 * max(ts),
+                nb,
+                fl,
+                nb / med / 1e9,
+                nb / med / 1e9 / bandwidth_gbs,
+                roofline_ms(nb, fl, bandwidth_gbs, gflops),
+                r / med,
             )
-        out[name] = {
-            "shape": asdict(s),
-            "points": [asdict(p) for p in points],
-            "compute_bound_rows_model": compute_bound_rows(s, ctx, bandwidth_gbs, gflops, rows),
-            "knee_rows_measured": knee_rows(list(rows), [p.step_ms for p in points]),
-        }
-    return out
+        )
+    return {
+        "shape": asdict(s),
+        "points": [asdict(p) for p in points],
+        "compute_bound_rows_model": compute_bound_rows(s, ctx, bandwidth_gbs, gflops, rows),
+        "knee_rows_measured": knee_rows(list(rows), [p.step_ms for p in points]),
+    }
 
 
 def roofline(
@@ -254,7 +265,13 @@ def roofline(
     effective = {w: f.weights for w, f in forwards.items()}
     decode = measure_decode(forwards, bw["read_gbs"], peak["gflops"], ctx, rows, reps)
     bw_after = device.run(measure_bandwidth)  # the roof again: how much did the machine drift?
-    out: dict[str, Any] = {
+    runs = {
+        f"{w} x{p['rows']}": {"step_ms": p["step_ms"], "throughput": p["tokens_per_s"]}
+        for w, d in decode.items()
+        for p in d["points"]
+        if p["rows"] in (1, 8, 64)
+    }
+    return {
         "machine": {
             "bandwidth": bw,
             "bandwidth_after": bw_after,
@@ -264,15 +281,14 @@ def roofline(
         "ctx": ctx,
         "effective_weights": effective,
         "formats": decode,
-        "runs": {},
+        "runs": runs,
+        "ratios": _ratios(decode),
     }
-    for w, d in decode.items():
-        for p in d["points"]:
-            if p["rows"] in (1, 8, 64):
-                out["runs"][f"{w} x{p['rows']}"] = {
-                    "step_ms": p["step_ms"],
-                    "throughput": p["tokens_per_s"],
-                }
+
+
+def _ratios(decode: dict[str, Any]) -> dict[str, float]:
+    """The README's numbers: each format's share of the read bandwidth at 8 rows and 1 row, and
+    each quantized format's step speed-up over fp32 at 1 and 8 rows."""
     ratios: dict[str, float] = {}
     for w, d in decode.items():
         at = {p["rows"]: p for p in d["points"]}
@@ -288,8 +304,7 @@ def roofline(
                     ratios[f"{w}_step_speedup_over_fp32_{p['rows']}_rows"] = (
                         base[p["rows"]] / p["step_ms"]
                     )
-    out["ratios"] = ratios
-    return out
+    return ratios
 
 
 def table(result: dict[str, Any]) -> str:
