@@ -148,7 +148,7 @@ def write_notes(path: Path, scenario: dict) -> None:
             )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.lesson", description=__doc__)
     ap.add_argument("number", nargs="?", type=int, help="lesson number (1, 2, ...)")
     ap.add_argument("--list", action="store_true", help="list the lessons and exit")
@@ -174,17 +174,21 @@ def main(argv: list[str] | None = None) -> int:
         help="cpu or cuda (or FLUXO_DEVICE); cuda without a GPU is an error, never a silent CPU "
         "run",
     )
-    args = ap.parse_args(argv)
-    if args.list or args.number is None:
-        for p in lesson_dirs():
-            sc = load(p / "scenario.toml")
-            print(
-                f"{int(p.name[:2]):>2}  {p.name:<28} {sc['lesson']['title_en']}  "
-                f"({sc['lesson']['title_pt']})"
-            )
-        return 0
-    path = lesson_dir(args.number)
-    scenario = load(path / "scenario.toml")
+    return ap.parse_args(argv)
+
+
+def _list() -> int:
+    for p in lesson_dirs():
+        sc = load(p / "scenario.toml")
+        print(
+            f"{int(p.name[:2]):>2}  {p.name:<28} {sc['lesson']['title_en']}  "
+            f"({sc['lesson']['title_pt']})"
+        )
+    return 0
+
+
+def _model(args: argparse.Namespace) -> tuple:
+    """SmolLM2 on ``args.device``, warmed up, with the torch threads ``args.threads`` asks for."""
     try:
         check_device(args.device)
     except DeviceUnavailable as exc:
@@ -194,16 +198,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     model, tok = device.run(load_model, "smollm2", "float32")
     model = model.to(args.device)  # the scenario's engines run where the model is
-    warm_up(
-        model, tok, args.device
-    )  # the first engine of a process pays one-off costs no lesson should measure
-    t = time.perf_counter()
-    result = run_lesson(model, tok, scenario, short=args.short)
-    title = (
-        f"lesson {args.number}: {scenario['lesson']['title_en']}{' (short)' if args.short else ''}"
-    )
-    print(report(title, result))
-    print(f"\n{time.perf_counter() - t:.1f} s")
+    # the first engine of a process pays one-off costs no lesson should measure
+    warm_up(model, tok, args.device)
+    return model, tok
+
+
+def _record(path: Path, scenario: dict, args: argparse.Namespace, result: dict) -> None:
+    """The run as JSON: written to ``--json``, and kept in measured.json with ``--save``."""
     doc = {
         "lesson": path.name,
         "short": args.short,
@@ -223,6 +224,23 @@ def main(argv: list[str] | None = None) -> int:
         measured["short" if args.short else "full"] = doc
         file.write_text(json.dumps(measured, indent=1))
         write_notes(path, scenario)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    if args.list or args.number is None:
+        return _list()
+    path = lesson_dir(args.number)
+    scenario = load(path / "scenario.toml")
+    model, tok = _model(args)
+    t = time.perf_counter()
+    result = run_lesson(model, tok, scenario, short=args.short)
+    title = (
+        f"lesson {args.number}: {scenario['lesson']['title_en']}{' (short)' if args.short else ''}"
+    )
+    print(report(title, result))
+    print(f"\n{time.perf_counter() - t:.1f} s")
+    _record(path, scenario, args, result)
     return 0 if all(c["ok"] for c in result["checks"]) else 1
 
 
