@@ -55,63 +55,51 @@ if TRITON_AVAILABLE:
     ):
         b = tl.program_id(0)
         kvh = tl.program_id(1)
-        g = tl.arange(
-            0, GROUP_PAD
-        )  # padded to a power of two (tl.arange needs one); extra rows masked
+        g = tl.arange(0, GROUP_PAD)  # padded to a power of two (tl.arange needs one); rows masked
         d = tl.arange(0, HEAD_DIM)
         t = tl.arange(0, BLOCK_SIZE)
         heads = kvh * GROUP + g
         g_ok = g < GROUP
-
-        q = tl.load(
-            q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
-            mask=g_ok[:, None],
-            other=0.0,
-        )
+        q = _load_rows(q_ptr + b * stride_qb, heads, d, g_ok, stride_qh)
         q = q.to(tl.float32) * scale  # fold the scale into q once instead of into every score
         ctx_len = tl.load(lens_ptr + b).to(tl.int32)
-
         m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
         lsum = tl.zeros([GROUP_PAD], tl.float32)
         acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
         # Only blocks holding at least one token are visited, so every block has a finite max and
-        # the first rescale is exp(-inf) = 0, never NaN; padding entries of the block table are
-        # never read.
+        # the first rescale is exp(-inf) = 0, never NaN; block-table padding is never read.
         for i in range(0, tl.cdiv(ctx_len, BLOCK_SIZE)):
             # int64: slot * stride overflows int32 on big caches.
             block = tl.load(bt_ptr + b * stride_bt + i).to(tl.int64)
             t_ok = i * BLOCK_SIZE + t < ctx_len
             slot = block * BLOCK_SIZE + t
-            k = tl.load(
-                k_ptr + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :],
-                mask=t_ok[:, None],
-                other=0.0,
-            )
-            v = tl.load(
-                v_ptr + slot[:, None] * stride_vt + kvh * stride_vh + d[None, :],
-                mask=t_ok[:, None],
-                other=0.0,
-            )
-            # Broadcast-and-reduce rather than tl.dot: GQA groups are smaller than tl.dot's 16-row
-            # minimum.
-            s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
-            s = tl.where(t_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(s - m_new[:, None])
-            lsum = lsum * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.sum(
-                p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1
-            )
-            m = m_new
-
+            k = _load_rows(k_ptr + kvh * stride_kh, slot, d, t_ok, stride_kt)  # [BLOCK, D]
+            v = _load_rows(v_ptr + kvh * stride_vh, slot, d, t_ok, stride_vt)
+            m, lsum, acc = _online_softmax_step(q, k, v, t_ok, m, lsum, acc)
         # ctx_len == 0 (a padded batch row) yields zeros rather than 0/0.
         out = acc / tl.where(lsum > 0.0, lsum, 1.0)[:, None]
-        tl.store(
-            out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
-            out.to(out_ptr.dtype.element_ty),
-            mask=g_ok[:, None],
-        )
+        out_rows = out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :]
+        tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
+
+    # base[rows[r] * stride + d]: [len(rows), HEAD_DIM], zeros where ok is false.
+    @triton.jit
+    def _load_rows(base, rows, d, ok, stride):
+        return tl.load(base + rows[:, None] * stride + d[None, :], mask=ok[:, None], other=0.0)
+
+    # One K/V block [BLOCK, D] folded into the running max m, sum lsum and output acc of the
+    # group's query rows q [GROUP_PAD, D] (fp32, scaled); tokens where t_ok is false count not.
+    @triton.jit
+    def _online_softmax_step(q, k, v, t_ok, m, lsum, acc):
+        # Broadcast-and-reduce rather than tl.dot: GQA groups are smaller than tl.dot's 16-row
+        # minimum.
+        s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)  # [GROUP_PAD, BLOCK]
+        s = tl.where(t_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        lsum = lsum * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+        return m_new, lsum, acc
 
     # Triton chose compiled vs interpreted at decoration time; remember which, for a clear CPU
     # error.
@@ -122,18 +110,16 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def paged_decode_attention(
+def _check(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     block_tables: torch.Tensor,
     ctx_lens: torch.Tensor,
     block_size: int,
-    scale: float,
-) -> torch.Tensor:
-    """``q`` ``[B, H, D]`` over the paged cache ``[num_blocks * block_size, KVH, D]``; returns
-    ``[B, H, D]`` in ``q``'s dtype. ``block_tables`` ``[B, max_blocks]`` int, ``ctx_lens`` ``[B]``
-    int (>= 1; 0 gives zeros)."""
+) -> None:
+    """Raises where the kernel cannot run here; asserts the shapes, dtypes and strides it
+    assumes."""
     if not TRITON_AVAILABLE:
         raise RuntimeError(
             f"Triton is not installed ({_IMPORT_ERROR}); `pip install triton` or use "
@@ -163,6 +149,22 @@ def paged_decode_attention(
         "all inputs on one device"
     )
 
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    ctx_lens: torch.Tensor,
+    block_size: int,
+    scale: float,
+) -> torch.Tensor:
+    """``q`` ``[B, H, D]`` over the paged cache ``[num_blocks * block_size, KVH, D]``; returns
+    ``[B, H, D]`` in ``q``'s dtype. ``block_tables`` ``[B, max_blocks]`` int, ``ctx_lens`` ``[B]``
+    int (>= 1; 0 gives zeros)."""
+    _check(q, k_cache, v_cache, block_tables, ctx_lens, block_size)
+    bsz, n_heads, head_dim = q.shape
+    kv_heads = k_cache.shape[1]
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if bsz == 0:
         return out

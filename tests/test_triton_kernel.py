@@ -24,11 +24,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # plain `pytest` puts only tests/ on sys.path
-    sys.path.insert(0, str(ROOT))
+from kernels.attention import paged_decode_attention as reference
 
-from kernels.attention import paged_decode_attention as reference  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 TOL = 1e-3
@@ -103,7 +101,10 @@ def _run_child(code: str, env_extra: dict[str, str]) -> subprocess.CompletedProc
     env = {
         **os.environ,
         **env_extra,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        # the repository (as pytest's pythonpath) and tests/, so the child imports this module
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+        ),
     }
     return subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
@@ -117,7 +118,7 @@ def interpreted_errors() -> dict[str, float]:
             "triton is not installed (pip install triton); the Triton kernel cannot be checked"
         )
     code = (
-        "import json, sys; sys.path.insert(0, 'tests'); import test_triton_kernel as t; "
+        "import json; import test_triton_kernel as t; "
         "import kernels.triton_attention as m; assert m.INTERPRETED, 'TRITON_INTERPRET=1 did not "
         "take'; "
         "print(json.dumps({n: t.rel_err(n, 'cpu') for n in t.CASES}))"
@@ -164,7 +165,7 @@ def test_imports_without_triton() -> None:
     # A None entry in sys.modules makes `import triton` raise ImportError, as on a machine without
     # it.
     code = (
-        "import sys; sys.modules['triton'] = None; sys.path.insert(0, 'tests'); import "
+        "import sys; sys.modules['triton'] = None; import "
         "test_triton_kernel as t; "
         "import kernels.triton_attention as m; assert not m.TRITON_AVAILABLE\n"
         "try: m.paged_decode_attention(*t.make_case('b1-bs16-h4kv4', 'cpu'), 16, 0.125)\n"
