@@ -3,16 +3,11 @@ loaded once."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from engine.core.config import EngineConfig  # noqa: E402
-from engine.core.engine import Engine  # noqa: E402
-from engine.core.model import load_model, tiny_llama  # noqa: E402
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.core.model import load_model, tiny_llama
 
 
 @pytest.fixture(scope="session")

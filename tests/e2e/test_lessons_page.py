@@ -5,18 +5,15 @@ keys, expected numbers) while the presenter's does (AppTest)."""
 
 from __future__ import annotations
 
-import sys
 import time
 import tomllib
 from pathlib import Path
 
 import pytest
+from servers import start_engine, stop  # tests/servers.py; pytest puts tests/ on sys.path
 from streamlit.testing.v1 import AppTest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
-from servers import start_engine, stop  # noqa: E402
-
-from engine.lab.scenario import compares  # noqa: E402
+from engine.lab.scenario import compares
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted(p for p in (ROOT / "lessons").iterdir() if (p / "scenario.toml").exists())
