@@ -4,6 +4,7 @@ loaded once."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
@@ -38,3 +39,13 @@ def make_tiny_engine(tiny):
         return Engine(EngineConfig(**cfg), model=model, tokenizer=tok)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread for a module's tests (``pytest.mark.usefixtures``): the tiny model gains
+    nothing from intra-op threads, and on a busy 2-core machine they cost ~100x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
