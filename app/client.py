@@ -7,8 +7,10 @@ by itself with backoff. Pages never touch the socket: they read :meth:`EngineCli
 (copies taken under a lock) and call :meth:`request` / :meth:`chat`, which hand a message to the
 loop and wait for the server's answer (or raise :class:`EngineError` with the server's code).
 
-One client per Streamlit server process (``app/ui.py`` caches it with ``st.cache_resource``), so
-a classroom of browsers costs the engine one telemetry subscriber.
+The messages and records it hands back (:class:`EngineError`, :class:`ChatStream`,
+:class:`Snapshot`) are in ``app/client_types.py``. One client per Streamlit server process
+(``app/ui.py`` caches it with ``st.cache_resource``), so a classroom of browsers costs the engine
+one telemetry subscriber.
 """
 
 from __future__ import annotations
@@ -20,70 +22,13 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from websockets.asyncio.client import connect
 
+from app.client_types import ANSWERS, ChatStream, EngineError, Snapshot
+
 DEFAULT_URL = "ws://127.0.0.1:8765"
-# What answers each presenter/viewer message (the first message of these types after sending it,
-# or an ``error`` carrying its ``ref``).
-ANSWERS = {
-    "control": {"state"},
-    "pause": {"state"},
-    "resume": {"state"},
-    "step": {"state"},
-    "traffic": {"state"},
-    "reset": {"state"},
-    "auth": {"state"},
-    "export": {"export"},
-    "compare": {"compare"},
-    "unsubscribe": {"ok"},
-    "subscribe": {"state"},
-}
-
-
-class EngineError(Exception):
-    """An ``error`` message from the server, or no answer / no connection (``code`` says which)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code, self.message = code, message
-
-
-@dataclass
-class ChatStream:
-    """One chat request's stream, filled by the client thread as tokens arrive."""
-
-    ref: str
-    prompt: str
-    sent_at: float = field(default_factory=time.time)
-    request: int | None = None
-    text: str = ""
-    tokens: int = 0
-    first_token_at: float | None = None
-    status: str = "sent"  # sent -> accepted -> streaming -> finished / cancelled / error
-    error: str | None = None
-    stats: dict = field(default_factory=dict)
-
-    @property
-    def ended(self) -> bool:
-        return self.status in ("finished", "cancelled", "error")
-
-
-@dataclass
-class Snapshot:
-    status: str
-    error: str | None
-    hello: dict
-    state: dict
-    metrics: dict
-    steps: list[dict]
-    requests: list[dict]
-    people: set[int]
-    lag_ms: list[float]
-    received_steps: int
-    skipped_steps: int
 
 
 class EngineClient:

@@ -24,27 +24,17 @@ from typing import Any
 
 from engine.core.errors import FluxoError
 from engine.core.metrics import summarize
+from engine.core.records import SlotRecord, StepRecord
 
 FORMAT, VERSION = "fluxo-recording", 1
 MAX_BYTES = 64 << 20  # a 64 MB export is ~60,000 step records: more than any class shows
-STEP_FIELDS = (
-    "step",
-    "t_start",
-    "t_end",
-    "policy",
-    "runner",
-    "slots",
-    "admitted",
-    "finished",
-    "preempted",
-    "queue_len",
-    "kv",
-    "tokens",
-    "spans",
-    "events",
-)
+# What a step record must hold to be replayed: every field of the record contract
+# (engine/core/records.py) but those the engine wrote later, which older recordings lack (the views
+# read them with a default). A field added to StepRecord is required here unless listed.
+LATER_STEP_FIELDS = ("admitted_cached", "cached_tokens", "expected_s")
+STEP_FIELDS = tuple(f for f in StepRecord.__annotations__ if f not in LATER_STEP_FIELDS)
 REQUEST_FIELDS = ("id", "arrival", "status")
-SLOT_FIELDS = ("slot", "request", "phase", "tokens")
+SLOT_FIELDS = tuple(SlotRecord.__annotations__)  # every field of a slot
 DEFAULT_RUN = "recorded"
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 
@@ -123,8 +113,7 @@ def _read_line(line: str, n: int, last: bool, ended: bool) -> dict:
     return rec
 
 
-def parse(text: str | bytes, source: str = "") -> Recording:
-    """Validate and read a recording; raises :class:`BadRecording` saying which line and why."""
+def _decode(text: str | bytes) -> str:
     if isinstance(text, bytes):
         if len(text) > MAX_BYTES:
             raise BadRecording(
@@ -138,47 +127,54 @@ def parse(text: str | bytes, source: str = "") -> Recording:
             ) from None
     if not text.strip():
         raise BadRecording("the file is empty")
-    lines = text.split("\n")
-    ended = lines[-1] == ""
-    numbered = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
-    runs: dict[str, Run] = {}
-    meta: dict[str, Any] = {}
-    for k, (n, line) in enumerate(numbered):
-        rec = _read_line(line, n, k == len(numbered) - 1, ended)
-        kind = rec.pop("type")
-        if kind == "recording":
-            if rec.get("format") != FORMAT or rec.get("version") != VERSION:
-                raise BadRecording(
-                    f"line {n}: format {rec.get('format')!r} version {rec.get('version')!r}; "
-                    f"this page reads {FORMAT} version {VERSION}",
-                    n,
-                )
-            meta = rec
-        elif kind == "run":
-            run = _run_of(runs, rec)
-            run.label, run.config = str(rec.get("label") or run.name), dict(rec.get("config") or {})
-            run.summary, run.steps_total = dict(rec.get("summary") or {}), rec.get("steps_total")
-        elif kind == "step":
-            run = _run_of(runs, rec)
-            _check_step(rec, n)
-            if run.steps and rec["step"] <= run.steps[-1]["step"]:
-                raise BadRecording(
-                    f"line {n}: step {rec['step']} comes after step {run.steps[-1]['step']} in run "
-                    f"{run.name!r}: steps must go forward",
-                    n,
-                )
-            run.steps.append(rec)
-        elif kind == "request":
-            run = _run_of(runs, rec)
-            if any(f not in rec for f in REQUEST_FIELDS):
-                raise BadRecording(
-                    f"line {n}: a request record lacks one of {', '.join(REQUEST_FIELDS)}", n
-                )
-            run.requests.append(rec)
-        else:
+    return text
+
+
+def _check_meta(rec: dict, n: int) -> dict:
+    if rec.get("format") != FORMAT or rec.get("version") != VERSION:
+        raise BadRecording(
+            f"line {n}: format {rec.get('format')!r} version {rec.get('version')!r}; "
+            f"this page reads {FORMAT} version {VERSION}",
+            n,
+        )
+    return rec
+
+
+def _add_step(runs: dict[str, Run], rec: dict, n: int) -> None:
+    run = _run_of(runs, rec)
+    _check_step(rec, n)
+    if run.steps and rec["step"] <= run.steps[-1]["step"]:
+        raise BadRecording(
+            f"line {n}: step {rec['step']} comes after step {run.steps[-1]['step']} in run "
+            f"{run.name!r}: steps must go forward",
+            n,
+        )
+    run.steps.append(rec)
+
+
+def _add(runs: dict[str, Run], kind: str, rec: dict, n: int) -> None:
+    """One run, step or request line into its run."""
+    if kind == "run":
+        run = _run_of(runs, rec)
+        run.label, run.config = str(rec.get("label") or run.name), dict(rec.get("config") or {})
+        run.summary, run.steps_total = dict(rec.get("summary") or {}), rec.get("steps_total")
+    elif kind == "step":
+        _add_step(runs, rec, n)
+    elif kind == "request":
+        run = _run_of(runs, rec)
+        if any(f not in rec for f in REQUEST_FIELDS):
             raise BadRecording(
-                f"line {n}: unknown record type {kind!r} (step, request, run or recording)", n
+                f"line {n}: a request record lacks one of {', '.join(REQUEST_FIELDS)}", n
             )
+        run.requests.append(rec)
+    else:
+        raise BadRecording(
+            f"line {n}: unknown record type {kind!r} (step, request, run or recording)", n
+        )
+
+
+def _finish(runs: dict[str, Run]) -> dict[str, Run]:
+    """The runs that hold steps, each with a summary and a config (a plain export has neither)."""
     runs = {k: r for k, r in runs.items() if r.steps}
     if not runs:
         raise BadRecording("no step records: nothing to replay")
@@ -191,7 +187,24 @@ def parse(text: str | bytes, source: str = "") -> Recording:
                 "runner": run.steps[-1]["runner"],
                 "max_slots": len(run.steps[-1]["slots"]),
             }
-    return Recording(runs, meta, source)
+    return runs
+
+
+def parse(text: str | bytes, source: str = "") -> Recording:
+    """Validate and read a recording; raises :class:`BadRecording` saying which line and why."""
+    lines = _decode(text).split("\n")
+    ended = lines[-1] == ""
+    numbered = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
+    runs: dict[str, Run] = {}
+    meta: dict[str, Any] = {}
+    for k, (n, line) in enumerate(numbered):
+        rec = _read_line(line, n, k == len(numbered) - 1, ended)
+        kind = rec.pop("type")
+        if kind == "recording":
+            meta = _check_meta(rec, n)
+        else:
+            _add(runs, kind, rec, n)
+    return Recording(_finish(runs), meta, source)
 
 
 def load(path: Path) -> Recording:

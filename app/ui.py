@@ -14,22 +14,10 @@ import streamlit as st
 
 from app import i18n, recording, state
 from app.browser_view import ORDER
-from app.client import EngineClient, EngineError, local_exports
+from app.client import EngineClient, local_exports
+from app.client_types import EngineError
+from app.styles import CHART_ONLY_CSS, CSS, PRELOAD_CSS, PROJECTOR_CSS
 
-CSS = """
-<style>
-html, body, [class*="st-"] { font-size: 18px; }
-/* Readable from the back of the room: headings keep their size over the 18px body rule above. */
-h1, h1 * { font-size: 2.4rem !important; font-weight: 700 !important; }
-h2, h2 * { font-size: 1.75rem !important; font-weight: 650 !important; }
-h3, h3 * { font-size: 1.4rem !important; font-weight: 600 !important; }
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] * \
-{ font-size: 2.1rem !important; font-weight: 600; }
-[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] * { font-size: 1.1rem !important; }
-.fluxo-legend span { display: inline-block; padding: 2px 10px; margin-right: 6px; \
-border-radius: 4px; color: white; font-weight: 600; }
-</style>
-"""
 STATUS_ICON = {"connected": ":green[●]", "connecting": ":orange[●]", "disconnected": ":red[●]"}
 LIVE = ("policy", "runner", "kv_layout", "max_slots", "chunk_budget", "kv_blocks", "prefix_cache")
 CHOICES = {
@@ -79,22 +67,6 @@ def is_presenter(c: EngineClient) -> bool:
     return not token or st.session_state.get("presenter_token") == token
 
 
-PROJECTOR_CSS = """
-<style>
-/* Projector: a pinned light theme (whatever the OS says) and type readable from the back row. */
-html, body, [class*="st-"] { font-size: 23px; }
-.stApp, [data-testid="stSidebar"], [data-testid="stHeader"], [data-testid="stMain"] \
-{ background: #ffffff !important; }
-.stApp [data-testid="stMarkdownContainer"], .stApp label, .stApp h1, .stApp h2, .stApp h3 \
-{ color: #111111 !important; }
-h1, h1 * { font-size: 3rem !important; }
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.8rem !important; }
-</style>
-"""
-CHART_ONLY_CSS = (
-    "<style>[data-testid='stHeader'] { display: none; } "
-    ".block-container { padding-top: 0.5rem; }</style>"
-)
 CHARTS = ("all", "slots", "stalls", "kv", "lanes")
 
 
@@ -160,9 +132,6 @@ def _source(w: dict[str, str], needs_engine: bool) -> tuple[str, EngineClient | 
     return src, c, fallback
 
 
-PRELOAD_CSS = "<style>.st-key-fluxo_preload { display: none !important; }</style>"
-
-
 def _preload() -> None:
     """One hidden element of each kind the pages draw. Streamlit 1.67 loads an element's code on
     first use; after a switch between pages (no reload), elements of a kind the first page did not
@@ -182,12 +151,8 @@ def _preload() -> None:
             st.caption("·")
 
 
-def page_setup(
-    title: str, caption: str, caption_rec: str | None = None, needs_engine: bool = False
-) -> Ctx:
-    """CSS, the sidebar (language, source, recording, projector, engine, role), title and caption.
-    ``title``/``caption`` are keys of app/i18n.py's words."""
-    st.markdown(CSS, unsafe_allow_html=True)
+def _sidebar(needs_engine: bool) -> Ctx:
+    """The sidebar: language, source (and recording), projector, one chart, engine, role."""
     with st.sidebar:
         lang = state.widget(
             "lang", "lang", st.radio, "idioma / language", options=list(i18n.LANGS), horizontal=True
@@ -216,16 +181,26 @@ def page_setup(
                 + (f":blue[{w['presenter']}]" if presenter else f":gray[{w['viewer']}]")
             )
         _preload()
-    if projector:
+    return Ctx(c, presenter, lang, w, src, rec, None, projector, chart, fallback)
+
+
+def page_setup(
+    title: str, caption: str, caption_rec: str | None = None, needs_engine: bool = False
+) -> Ctx:
+    """CSS, the sidebar (language, source, recording, projector, engine, role), title and caption.
+    ``title``/``caption`` are keys of app/i18n.py's words."""
+    st.markdown(CSS, unsafe_allow_html=True)
+    ctx = _sidebar(needs_engine)
+    w = ctx.w
+    if ctx.projector:
         st.markdown(PROJECTOR_CSS, unsafe_allow_html=True)
-    if chart != "all":
+    if ctx.chart != "all":
         st.markdown(CHART_ONLY_CSS, unsafe_allow_html=True)
     state.put("_words", {k: v for k, v in w.items() if k.startswith("k_")})
-    ctx = Ctx(c, presenter, lang, w, src, rec, None, projector, chart, fallback)
-    if chart == "all" or not projector:
+    if ctx.chart == "all" or not ctx.projector:
         st.title(w[title])
-        st.caption(w[caption_rec] if src == "rec" and caption_rec else w[caption])
-    if fallback:
+        st.caption(w[caption_rec] if ctx.src == "rec" and caption_rec else w[caption])
+    if ctx.fallback:
         st.warning(
             w["fallback"].format(url=os.environ.get("FLUXO_ENGINE_URL", "ws://127.0.0.1:8765")),
             icon=":material/cloud_off:",

@@ -183,6 +183,7 @@ def _machine_layer(rows, named: bool, x: dict) -> dict:
 
 
 def _series_channel(channel: dict, values: list) -> dict:
+    """A channel (colour, dash) over the four series, its ``values`` in ``STALL_SERIES`` order."""
     return {
         "field": "series",
         "type": "nominal",
