@@ -3,36 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import get_args
 
 from engine.core import metrics
+from engine.core.records import KVRecord, Phase, RequestRecord, StepRecord
 
-STEP_KEYS = {
-    "step",
-    "t_start",
-    "t_end",
-    "policy",
-    "runner",
-    "slots",
-    "admitted",
-    "finished",
-    "preempted",
-    "queue_len",
-    "kv",
-    "spans",
-    "events",
-}
-REQUEST_KEYS = {
-    "id",
-    "client",
-    "prompt_tokens",
-    "arrival",
-    "admitted",
-    "first_token",
-    "token_times",
-    "finished",
-    "status",
-    "error",
-}
+# The declared contract (engine/core/records.py): the records the engine emits must carry exactly
+# these fields, so a field added on one side only fails here.
+STEP_KEYS = set(StepRecord.__annotations__)
+REQUEST_KEYS = set(RequestRecord.__annotations__)
+KV_KEYS = set(KVRecord.__annotations__)
+PHASES = set(get_args(Phase))
 
 
 def _run(engine):
@@ -50,19 +31,12 @@ def test_step_and_request_records_follow_the_contract(make_tiny_engine):
     engine = make_tiny_engine(policy="static", max_slots=4)
     handles = _run(engine)
     steps = list(engine.telemetry.steps)
-    assert steps and all(STEP_KEYS <= set(r) for r in steps)
+    assert steps and all(set(r) == STEP_KEYS for r in steps), STEP_KEYS ^ set(steps[0])
     json.dumps(steps)
     for r in steps:
         assert r["t_start"] <= r["t_end"]
-        assert {s["phase"] for s in r["slots"]} <= {"prefill", "decode", "dead", "idle"}
-        assert set(r["kv"]) == {
-            "blocks_total",
-            "blocks_used",
-            "tokens_stored",
-            "tokens_allocated",
-            "blocks_shared",
-            "blocks_cached",
-        }
+        assert {s["phase"] for s in r["slots"]} <= PHASES
+        assert set(r["kv"]) == KV_KEYS
         assert r["kv"]["tokens_stored"] <= r["kv"]["tokens_allocated"] == r["kv"]["blocks_used"] * 4
         lanes = [s["lane"] for s in r["spans"]]
         assert lanes[0] == "cpu_prepare" and "compute" in lanes and lanes[-1] == "cpu_update"
@@ -75,7 +49,7 @@ def test_step_and_request_records_follow_the_contract(make_tiny_engine):
     assert set(reqs) == {h.id for h in handles}
     for h in handles:
         rec = reqs[h.id]
-        assert REQUEST_KEYS <= set(rec) and rec["status"] == "finished"
+        assert set(rec) == REQUEST_KEYS and rec["status"] == "finished"
         assert rec["arrival"] <= rec["admitted"] <= rec["first_token"] <= rec["finished"]
         assert len(rec["token_times"]) == len(h.token_ids)
     ended = [i for r in steps for i in r["finished"]]
