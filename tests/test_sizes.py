@@ -1,0 +1,87 @@
+"""The size rule of issue 11: no tracked .py or .js file over 350 lines, and no Python function
+(tests included) over 50 lines, so every part of Fluxo reads in one sitting.
+
+A function's size is its ``def`` line to its last line (decorators not counted), as ``ast`` gives
+it; nested functions count on their own and inside the function holding them. The failure names
+every file and function over, with its size.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FILE_LINES = 350
+MAX_FUNCTION_LINES = 50
+# Third-party code kept as shipped (ruff excludes the same folder): not ours to split.
+VENDORED = ("app/component/vendor/",)
+# What truly cannot be split, each with its reason: "path" (a file) or "path:function" -> why.
+# Empty: everything fits. An entry that no longer needs its exception fails the test too.
+ALLOWED: dict[str, str] = {}
+
+
+def tracked() -> list[str]:
+    """The repository's .py and .js files, as git tracks them (vendored code aside)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--", "*.py", "*.js"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [f for f in out.split("\0") if f and not f.startswith(VENDORED) and (ROOT / f).exists()]
+
+
+def long_functions(source: str) -> list[tuple[str, int, int]]:
+    """``(name, first line, lines)`` of every function of ``source`` over the limit."""
+    return [
+        (node.name, node.lineno, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+def _check(over: list[tuple[str, str]], what: str) -> None:
+    """``over``: (allow-list key, description) of everything over the limit."""
+    kind = [k for k in ALLOWED if (":" in k) == (what == "function")]
+    stale = [k for k in kind if k not in {key for key, _ in over}]
+    assert not stale, f"allowed but no longer over the {what} limit: {stale}"
+    bad = [text for key, text in over if key not in ALLOWED]
+    assert not bad, f"{len(bad)} {what}(s) over the limit:\n" + "\n".join(bad)
+
+
+def test_no_file_over_350_lines() -> None:
+    over = []
+    for f in tracked():
+        n = len((ROOT / f).read_bytes().splitlines())
+        if n > MAX_FILE_LINES:
+            over.append((f, f"{f}: {n} lines (limit {MAX_FILE_LINES})"))
+    _check(over, "file")
+
+
+def test_no_function_over_50_lines() -> None:
+    over = []
+    for f in tracked():
+        if f.endswith(".py"):
+            for name, line, n in long_functions((ROOT / f).read_text()):
+                text = f"{f}:{line} {name}: {n} lines (limit {MAX_FUNCTION_LINES})"
+                over.append((f"{f}:{name}", text))
+    _check(over, "function")
+
+
+def test_the_measure_counts_from_def_to_last_line() -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    fits = f"@decorator\ndef fits():\n{body}"  # def + 49 lines: exactly the limit
+    over = f"async def over():\n{body}    return 1\n"
+    assert long_functions(fits) == []
+    assert long_functions(over) == [("over", 1, MAX_FUNCTION_LINES + 1)]
+    inner = "".join(f"        x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    nested = f"def outer():\n    def inner():\n{inner}"  # inner: 51 lines, outer: 52
+    assert [(name, n) for name, _, n in long_functions(nested)] == [("outer", 52), ("inner", 51)]
