@@ -10,20 +10,23 @@ F16C), multiplying it into up to 4 fp32 activation rows at a time (``matmul``: t
 
 The serving path (``qmatmul``, ``decode_step``; ``cpu_quant_decode.cpp``) quantizes activations to
 int8 per 32 (llama.cpp's Q8_1: scale max|x|/127 and the block sum) and multiplies blocks with
-integer dot products (``_mm256_maddubs_epi16``), 4 conversions and 4 fmas a block fewer; the
-vocabulary head keeps fp32 activations (it is read from memory, so the cheaper arithmetic buys
-nothing there). Measured 2026-11-30 (thread CPU time, p10 of 200, 1 thread, machine at load ~11):
-gate+up 3072x576 at 1 row 0.244 ms fp32 activations -> 0.134 int8, at 8 rows 0.874 -> 0.736;
-the head 49152x576 Q8_0 at 1 row 6.05 -> 4.92 ms (memory-bound under that load).
+integer dot products (``_mm256_maddubs_epi16``), 4 conversions and 4 fmas a block fewer, the
+vocabulary head included. Measured 2026-11-30 (thread CPU time, p10 of 200, 1 thread, machine at
+load ~11): gate+up 3072x576 at 1 row 0.244 ms fp32 activations -> 0.134 int8, at 8 rows 0.874 ->
+0.736; the head 49152x576 Q8_0 at 1 row 6.05 -> 4.92 ms, and (median of 15, load ~10) at 8 rows
+14.6 -> 7.5 ms. From 2 activation rows, Q4_1 products run 8x4 register tiles
+(``cpu_quant_tile.cpp``: each weight block unpacked once per call for every row, 8 weight rows
+per maddubs, the next tile prefetched while one computes).
 ``decode_step`` runs every layer, the final norm and the head in one OpenMP region: each
 product's output rows split over the threads, 6 barriers a layer, norms and activation
 quantization repeated per thread instead of a barrier each, SwiGLU and the residual adds in the
 products' epilogues, paged attention over the KV cache in place.
 
-The C++ sources (``cpu_quant.cpp``, ``cpu_quant_int8.cpp``, ``cpu_quant_decode.cpp``, one
-translation unit) are compiled with g++ at first use into the Fluxo cache (about 3 s) and called
-through ctypes with raw pointers; OpenMP splits the output rows over torch's own thread count (the
-.so links ``libgomp.so.1``, which resolves to the copy torch already loaded: one thread pool).
+The C++ sources (``cpu_quant.cpp``, ``cpu_quant_int8.cpp``, ``cpu_quant_tile.cpp``,
+``cpu_quant_decode.cpp``, one translation unit) are compiled with g++ at first use into the Fluxo
+cache (about 3 s) and called through ctypes with raw pointers; OpenMP splits the output rows over
+torch's own thread count (the .so links ``libgomp.so.1``, which resolves to the copy torch
+already loaded: one thread pool).
 ``available()`` is False where there is no compiler or no AVX2/FMA/F16C; callers then fall back.
 
 Chosen by measurement (``python -m kernels.cpu_quant``; 2026-11-30, the 2-core AMD EPYC of this
@@ -51,8 +54,9 @@ torch's ``_weight_int8pack_mm`` and ``_weight_int4pack_mm_for_cpu`` have no fast
 build (6-100x slower than fp32), so they were not used. These kernels win when the weights come
 from memory (the lm head: 10x at 1 row, 2.4x at 8) and lose to oneDNN once the rows make the
 product compute-bound (32 rows: they re-expand each block per 4 rows); above
-``engine.core.quant.DEQUANT_ABOVE_ROWS`` rows the fp32-activation head dequantizes and runs
-oneDNN's GEMM instead (the int8 products have no such switch).
+``engine.core.quant.DEQUANT_ABOVE_ROWS`` rows a fp32-activation ``QuantLinear`` dequantizes and
+runs oneDNN's GEMM instead (the int8 products, which every projection and the head now use, have
+no such switch).
 """
 
 from __future__ import annotations
@@ -73,7 +77,11 @@ Q4_1_BYTES = 20  # fp16 d, fp16 m, 16 bytes of 4-bit values
 Q8_0_BYTES = 34  # fp16 d, 32 int8 values
 
 HERE = Path(__file__).resolve().parent
-SOURCES = tuple(HERE / f for f in ("cpu_quant.cpp", "cpu_quant_int8.cpp", "cpu_quant_decode.cpp"))
+# one translation unit, in this order (each file uses what the ones before it define)
+SOURCES = tuple(
+    HERE / f
+    for f in ("cpu_quant.cpp", "cpu_quant_int8.cpp", "cpu_quant_tile.cpp", "cpu_quant_decode.cpp")
+)
 
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 _lib: ctypes.CDLL | None = None

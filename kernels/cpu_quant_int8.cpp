@@ -1,6 +1,8 @@
-// Fluxo's int8-activation products: activations quantized per 32 (Q8_1) x GGUF blocks. Compiled
-// after kernels/cpu_quant.cpp, before cpu_quant_decode.cpp, by kernels/cpu_quant.py (g++ at first
-// use, AVX2 + FMA + F16C, OpenMP).
+// Fluxo's int8-activation products: activations quantized per 32 (Q8_1) x GGUF blocks, one weight
+// row at a time (one activation row, Q8_0 weights, and the tiles' N remainder; Q4_1 at 2 or more
+// rows runs cpu_quant_tile.cpp's 8x4 tiles). Compiled after kernels/cpu_quant.cpp, before
+// cpu_quant_tile.cpp and cpu_quant_decode.cpp, by kernels/cpu_quant.py (g++ at first use, AVX2 +
+// FMA + F16C, OpenMP).
 //
 // Activations are quantized per block of 32 to int8 with one fp32 scale d = max|x| / 127 and the
 // block sum s = d * sum(q) (llama.cpp's Q8_1). A weight block times an activation block is then one
@@ -190,29 +192,9 @@ static void qmm_rows(const uint8_t* w, int64_t N, int64_t K, const QRow& x, int6
     }
 }
 
-static void qmm_part(const uint8_t* w, bool q4, int64_t N, int64_t K, const QRow& x, int64_t M,
-                     float* y, int64_t ldy, int mode, int tid, int nt) {
-    const int64_t n0 = N * tid / nt, n1 = N * (tid + 1) / nt;
-    if (q4) qmm_rows<true>(w, N, K, x, M, y, ldy, mode, n0, n1);
-    else qmm_rows<false>(w, N, K, x, M, y, ldy, mode, n0, n1);
-}
-
 extern "C" {
 // x [M, K] fp32 -> Q8_1 blocks (q [M, K] int8, d and s [M, K/32]).
 void fluxo_quantize_q8_1(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s) {
     quantize_rows(x, M, K, QRow{q, d, s});
-}
-
-// y [M, N'] = act(x [M, K] @ W.T) with x quantized to Q8_1; mode 0: y = x W^T (N' = N);
-// 2: W is gate rows then up rows, y = silu(gate) * up (N' = N / 2).
-void fluxo_qmm(const float* x, int64_t M, int64_t K, const uint8_t* w, int q4, int64_t N, float* y,
-               int mode, int threads) {
-    std::vector<int8_t> q(M * K);
-    std::vector<float> d(M * K / 32), s(M * K / 32);
-    QRow xr{q.data(), d.data(), s.data()};
-    quantize_rows(x, M, K, xr);
-    const int64_t n = mode == 2 ? N / 2 : N;
-    #pragma omp parallel num_threads(threads)
-    qmm_part(w, q4, n, K, xr, M, y, n, mode, omp_get_thread_num(), omp_get_num_threads());
 }
 }

@@ -7,11 +7,11 @@ Formats (``EngineConfig.weights``):
 - ``q4``: the bundled GGUF's blocks, byte for byte: Q4_1 (fp16 scale d and min m per 32 weights,
   20 bytes) for the 210 layer matrices and Q8_0 (fp16 d + 32 int8, 34 bytes) for the tied
   embedding / vocabulary projection. ``w = q * d + m`` is exactly what the fp32 reference holds
-  (tested bit for bit): 96 MB of weights a step instead of 540 MB. The layers' products take
-  int8 activations (quantized per 32, as llama.cpp's Q4_1 x Q8_1), so ``q4`` is close to, not
-  equal to, ``fp32``: perplexity +0.4 %, and greedy answers part from fp32's after some tokens
-  (``python -m engine.bench accuracy``). For a model with no GGUF (the tiny test model, a local
-  checkpoint) the fp32 weights are quantized to Q4_1 / Q8_0 here.
+  (tested bit for bit): 96 MB of weights a step instead of 540 MB. Every product, the head's
+  too, takes int8 activations (quantized per 32, as llama.cpp's Q4_1 x Q8_1), so ``q4`` is
+  close to, not equal to, ``fp32``: perplexity +0.2-0.5 %, and greedy answers part from fp32's
+  after some tokens (``python -m engine.bench accuracy``). For a model with no GGUF (the tiny test
+  model, a local checkpoint) the fp32 weights are quantized to Q4_1 / Q8_0 here.
 - ``q8``: every matrix as Q8_0, quantized here from the fp32 weights (34 bytes per 32, 143 MB a
   step).
 
@@ -39,8 +39,9 @@ from kernels import cpu_quant
 
 WEIGHTS = ("fp32", "q4", "q8")
 QK = cpu_quant.QK
-# The fp32-activation products (the vocabulary head) dequantize the weight and run one oneDNN GEMM
-# above this many rows: that block kernel re-expands each block per 4 rows. At 32 rows it was
+# The fp32-activation products (``QuantLinear(int8_activations=False)``; the vocabulary head took
+# them until it moved to int8 activations) dequantize the weight and run one oneDNN GEMM above
+# this many rows: that block kernel re-expands each block per 4 rows. At 32 rows it was
 # still 1.1-1.3x oneDNN's time on cache-resident matrices and 2.7x on the head (the table in
 # kernels/cpu_quant.py); 48 is a guess between measured points, not a measured crossover. The
 # int8 products of the layers have no such switch (QuantLinear.__call__).
@@ -116,7 +117,7 @@ class QuantLinear:
 
     def __init__(self, weight: QuantWeight, int8_activations: bool = True) -> None:
         self.w = weight
-        self.int8 = int8_activations  # False: fp32 activations (the vocabulary head)
+        self.int8 = int8_activations  # False: fp32 activations (the block-dequantizing kernel)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # int8 products at every row count: a row's result then does not depend on how its prompt
@@ -238,7 +239,7 @@ def _build(hf_model, weights: str) -> QuantModel:
     return QuantModel(
         weights,
         layers,
-        QuantLinear(qw["lm_head"], int8_activations=False),
+        QuantLinear(qw["lm_head"]),
         sizes,
         weight_bytes(qw),
         all(w.exact for w in qw.values()),
