@@ -1,0 +1,187 @@
+/* Fluxo browser view, the charts: four Vega views created once from the named-data specs, fed
+ * incremental changesets of the rows rows.js derives from the buffer, at most ~4 renders a second
+ * and none while the tab is hidden. Loaded after fluxo.js (which holds the shared state, S). */
+(function () {
+  "use strict";
+  const S = window.fluxo;
+  const R = window.FluxoRows;
+  const {w, fmt, esc} = S;
+  const $ = id => document.getElementById(id);
+
+  const MIN_RENDER_MS = 250;     // at most ~4 renders a second
+  let buildGen = 0;
+  let builtWidth = 0;
+
+  /* Pixel widths for the spec's "container" widths: single and layered views fit the div
+   * (autosize fit-x); concatenated ones (which cannot fit) get the div's width less their axes. */
+  function sized(spec, w) {
+    spec = JSON.parse(JSON.stringify(spec));
+    if (spec.hconcat) {
+      const fixed = spec.hconcat.slice(1).reduce((a, c) => a + (typeof c.width === "number" ? c.width : 0), 0);
+      spec.hconcat[0].width = Math.max(240, w - fixed - (spec.spacing || 0) * spec.hconcat.length - 110);
+    } else if (spec.vconcat) {
+      const walk = node => {
+        if (node.vconcat) node.vconcat.forEach(walk);
+        else if (node.width === "container") node.width = Math.max(240, w - 110);
+      };
+      walk(spec);
+    } else {
+      spec.width = w;
+      spec.autosize = {type: "fit-x", contains: "padding"};
+    }
+    return spec;
+  }
+
+  async function buildViews(specs, order) {
+    const gen = ++buildGen;
+    for (const v of Object.values(S.views)) v.finalize();
+    S.views = {};
+    S.rows = {};
+    const box = $("fluxo-charts");
+    box.textContent = "";
+    const opts = {renderer: "canvas", actions: {export: true, source: false, compiled: false, editor: false}};
+    if (S.args && S.args.locale) opts.formatLocale = S.args.locale;  // decimal comma in pt-BR
+    const divs = order.map(name => {
+      const div = document.createElement("div");
+      div.className = "chart";
+      div.id = "chart-" + name;
+      box.appendChild(div);
+      return div;
+    });
+    builtWidth = box.clientWidth;
+    await Promise.all(order.map(async (name, i) => {
+      const res = await vegaEmbed(divs[i], sized(specs[name], divs[i].clientWidth - 8), opts);
+      if (gen === buildGen) S.views[name] = res.view;
+      else res.finalize();
+    }));
+    if (gen !== buildGen) return;
+    S.dirty = true;
+    render();
+    S.setHeight();
+  }
+  S.buildViews = buildViews;
+
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => {
+      if (S.args && Math.abs($("fluxo-charts").clientWidth - builtWidth) > 40) {
+        buildViews(S.args.specs || {}, S.args.order || Object.keys(S.args.specs || {}));
+      }
+    }, 400);
+  });
+
+  /* Feed one named dataset: rows keyed by ``key``; new keys are inserted, keys gone are
+   * removed, and fields that changed are modified in place on the tuple the view holds. */
+  function apply(viewName, data, rows, key, cs) {
+    const id = viewName + "/" + data;
+    const prev = S.rows[id] || new Map();
+    const next = new Map();
+    let n = 0;
+    for (const r of rows) {
+      const k = key(r);
+      const old = prev.get(k);
+      if (old !== undefined) {
+        for (const f in r) if (old[f] !== r[f]) { cs.modify(old, f, r[f]); n++; }
+        next.set(k, old);
+        prev.delete(k);
+      } else if (!next.has(k)) {
+        cs.insert(r);
+        next.set(k, r);
+        n++;
+      }
+    }
+    for (const old of prev.values()) { cs.remove(old); n++; }
+    S.rows[id] = next;
+    return n;
+  }
+
+  function feed(viewName, data, rows, key) {
+    const view = S.views[viewName];
+    if (!view) return 0;
+    const cs = vega.changeset();
+    const n = apply(viewName, data, rows, key, cs);
+    if (n) view.change(data, cs);
+    return n;
+  }
+
+  /* Each chart's datasets from the buffer (the same windows as app/charts/); rows changed. */
+  const FEEDS = {
+    slots(steps, W) {
+      const budget = R.MAX_ROWS - R.OVERVIEW_BINS * R.PHASES.length - W.slots;
+      const [win, spans] = R.fitWindow(steps, W.slots, S.people, budget);
+      const rows = spans.map(sp => ({slot: sp.slot, request: sp.request, phase: sp.phase, start: sp.start, end: sp.end,
+                                     tokens: sp.tokens, who: sp.who}));
+      let changed = feed("slots", "spans", rows, r => r.slot + ":" + r.start);
+      changed += feed("slots", "queue", R.queueSeries(win), r => r.step);
+      if (S.args.overview !== false) changed += feed("slots", "overview", R.overview(steps), r => r.step + ":" + r.phase);
+      return changed;
+    },
+    stalls(steps, W) {
+      let rows = R.itlPerStep(steps);
+      rows = W.stalls ? rows.slice(-W.stalls) : rows;
+      return feed("stalls", "prefill", R.prefillBars(rows), r => r.step) +
+        feed("stalls", "admissions", R.admissionMarkers(rows), r => r.step) +
+        feed("stalls", "machine", R.machineMarkers(rows), r => r.step) +
+        feed("stalls", "itl_lines", R.stallLines(rows), r => r.step + ":" + r.series);
+    },
+    kv(steps, W) {
+      const win = R.window(steps, W.kv);
+      return feed("kv", "kv_series", R.kvSeries(win), r => r.step + ":" + r.state) +
+        feed("kv", "blocks", R.blockMap(win), r => r.cell);
+    },
+    lanes(steps, W) {
+      const spans = R.laneSpans(steps, W.lanes);
+      let changed = feed("lanes", "lanes", spans, r => r.step + ":" + r.lane);
+      const runner = steps.length ? steps[steps.length - 1].runner : "";
+      const busy = fmt(R.deviceBusy(spans), "%", 100, 0);
+      const title = `${w("chart_lanes")} · ${runner} · ${w("m_busy")} ${busy}`;
+      if (S.views.lanes.signal("lane_title") !== title) { S.views.lanes.signal("lane_title", title); changed++; }
+      return changed;
+    },
+  };
+
+  function render() {
+    if (!S.dirty || document.hidden) return;
+    const t0 = performance.now();
+    S.dirty = false;
+    let changed = 0;
+    for (const name of ["slots", "stalls", "kv", "lanes"]) {
+      if (S.views[name]) changed += FEEDS[name](S.buffer, S.windows);
+    }
+    for (const v of Object.values(S.views)) v.runAsync();
+    showLastStep();
+    S.renderChats();
+    S.renders++;
+    S.changed = changed;
+    S.renderMs = performance.now() - t0;
+    S.lastRender = performance.now();
+  }
+
+  function tick() {
+    if (document.hidden) return;
+    // Coalesce: at most one render per MIN_RENDER_MS, and slower if a render costs a lot.
+    const gap = Math.max(MIN_RENDER_MS, 4 * S.renderMs);
+    if ((S.dirty || S.chatDirty) && performance.now() - S.lastRender >= gap) {
+      if (S.dirty) render(); else S.renderChats();
+    }
+  }
+  setInterval(tick, 100);
+
+  function showLastStep() {
+    const el = $("fluxo-last-step");
+    const last = S.buffer.length ? S.buffer[S.buffer.length - 1] : null;
+    if (!last) { el.textContent = S.mode === "live" ? w("v_no_steps") : ""; return; }
+    const off = S.state.wall_offset;
+    el.dataset.step = String(last.step);
+    el.dataset.tEnd = off === undefined ? "" : (last.t_end + off).toFixed(4);
+    const age = off === undefined ? "" : ` · ${Math.round(Date.now() - 1000 * (last.t_end + off))} ms old at render`;
+    el.innerHTML = `${esc(w("v_step"))} <b>${last.step}</b> · ${esc(last.policy)} · ${esc(last.runner)} · ` +
+      `${esc(w("v_queue"))} ${last.queue_len}` +
+      (S.mode === "live" ? age : "");
+    if (S.mode === "live") {
+      $("fluxo-foot").textContent = `${S.buffer.length} steps buffered · ${S.received} received, ${S.skipped} skipped ` +
+        `by the server · ${S.renders} renders (last ${S.renderMs.toFixed(0)} ms, ${S.changed} rows changed)`;
+    }
+  }
+})();
