@@ -1,20 +1,15 @@
 """Fixtures for the page's tests: real telemetry from short engine runs, and a real engine
-server."""
+server. ``recording`` (beside this file) and ``servers`` (tests/servers.py) import as top-level
+modules: pytest puts each folder of tests that is no package on ``sys.path`` (its default
+``prepend`` import mode), as for tests/server's ``server_client``."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from recording import record, record_big
+from servers import start_engine, stop
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from recording import record, record_big  # noqa: E402
-from servers import start_engine, stop  # noqa: E402
-
-from app.client import EngineClient  # noqa: E402
+from app.client import EngineClient
 
 PEOPLE = {0: "c7", 5: "c7"}  # the 1st and 6th requests of each burst come from a person's chat
 

@@ -1,4 +1,4 @@
-"""The browser view's rows (app/component/rows.js, run in real Chromium) equal app/charts.py's.
+"""The browser view's rows (app/component/rows.js, run in real Chromium) equal app/charts' rows.
 
 The recorded telemetry of real tiny-model runs (every policy, and the async runner) goes into a
 blank Chromium page holding rows.js; every data function's rows must equal the Python function's
@@ -129,27 +129,42 @@ def test_js_rows_equal_python_rows(js_page, runs, policy, variant):
         assert any(c["state"] == "cached" for m in want["block_map"] for c in m)
 
 
+FILL_JS = """([steps, people]) => {
+  const R = window.FluxoRows;
+  const [win, spans] = \
+R.fitWindow(steps, 300, new Set(people), R.MAX_ROWS - R.OVERVIEW_BINS * 4 - 300);
+  const itl = R.itlPerStep(steps).slice(-300);
+  return {spans: spans.map(s => ({slot: s.slot, request: s.request, phase: s.phase, \
+start: s.start, end: s.end,
+                                  tokens: s.tokens, who: s.who})),
+          queue: R.queueSeries(win), itl_lines: R.stallLines(itl), \
+admissions: R.admissionMarkers(itl),
+          kv_series: R.kvSeries(R.window(steps, 2000)), \
+blocks: R.blockMap(R.window(steps, 2000)),
+          lanes: R.laneSpans(steps, 12)};
+}"""
+
+
+def dataset_names(node, found: set[str] | None = None) -> set[str]:
+    """The named datasets a spec declares (none of them may carry values)."""
+    found = set() if found is None else found
+    if isinstance(node, dict):
+        if isinstance(node.get("data"), dict) and "name" in node["data"]:
+            found.add(node["data"]["name"])
+            assert "values" not in node["data"]
+        for v in node.values():
+            dataset_names(v, found)
+    elif isinstance(node, list):
+        for v in node:
+            dataset_names(v, found)
+    return found
+
+
 def test_js_rows_fill_the_python_specs(js_page, runs):
     """What the browser feeds each named dataset is what the inline Python chart would carry."""
     steps, requests = runs["continuous"]
     people = {r["id"] for r in requests if r["client"] != "traffic"}
-    got = js_page.evaluate(
-        """([steps, people]) => {
-      const R = window.FluxoRows;
-      const [win, spans] = \
-R.fitWindow(steps, 300, new Set(people), R.MAX_ROWS - R.OVERVIEW_BINS * 4 - 300);
-      const itl = R.itlPerStep(steps).slice(-300);
-      return {spans: spans.map(s => ({slot: s.slot, request: s.request, phase: s.phase, \
-start: s.start, end: s.end,
-                                      tokens: s.tokens, who: s.who})),
-              queue: R.queueSeries(win), itl_lines: R.stallLines(itl), \
-admissions: R.admissionMarkers(itl),
-              kv_series: R.kvSeries(R.window(steps, 2000)), \
-blocks: R.blockMap(R.window(steps, 2000)),
-              lanes: R.laneSpans(steps, 12)};
-    }""",
-        [steps, sorted(people)],
-    )
+    got = js_page.evaluate(FILL_JS, [steps, sorted(people)])
     slots = charts.slot_chart(steps, people)
     stalls = charts.stall_chart(steps)
     kv = charts.kv_chart(steps)
@@ -164,19 +179,5 @@ blocks: R.blockMap(R.window(steps, 2000)),
     # and the named specs name exactly the datasets the browser feeds
     named = charts.named_charts()
     for chart, names in charts.DATASETS.items():
-        found = set()
-
-        def walk(node, found=found):
-            if isinstance(node, dict):
-                if isinstance(node.get("data"), dict) and "name" in node["data"]:
-                    found.add(node["data"]["name"])
-                    assert "values" not in node["data"]
-                for v in node.values():
-                    walk(v)
-            elif isinstance(node, list):
-                for v in node:
-                    walk(v)
-
-        walk(named[chart])
-        assert found == set(names), chart
+        assert dataset_names(named[chart]) == set(names), chart
         charts.as_altair(named[chart], validate=True)

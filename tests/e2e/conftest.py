@@ -1,20 +1,17 @@
 """One lab for every browser test of this package: a real engine (tiny model) and the real page,
 plus a page with no engine at all (replay), and one Chromium. Starting a lab costs ~15-30 s on a
-shared 2-core machine; each e2e file used to start its own."""
+shared 2-core machine; each e2e file used to start its own. ``browsing`` is this package's own
+module; ``servers`` (tests/servers.py) imports as a top-level module, as pytest puts tests/, the
+folder above this package, on ``sys.path``."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from servers import free_port, start_engine, start_streamlit, stop
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browsing import ARGS, CHROMIUM, COMPARE_SCALE  # noqa: E402
-from servers import free_port, start_engine, start_streamlit, stop  # noqa: E402
+from app.client import EngineClient
 
-from app.client import EngineClient  # noqa: E402
+from .browsing import ARGS, CHROMIUM, COMPARE_SCALE
 
 
 def pytest_collection_modifyitems(items):

@@ -14,16 +14,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from browsing import ARTIFACTS, VIEW, view, wait
 from servers import start_engine, start_streamlit, stop
 
+from .browsing import ARTIFACTS, VIEW, view, wait
 
-def test_the_lab_in_a_browser(lab, browser):
+
+def _open_live(browser, http_url: str):
+    """The Live page in a fresh tab, once its view is connected to the engine."""
     from playwright.sync_api import expect
 
-    ws_url, http_url, probe = lab
-    ARTIFACTS.mkdir(exist_ok=True)
-    probe.request("control", policy="static")
     page = browser.new_page(viewport={"width": 1600, "height": 2600})
     page.set_default_timeout(30_000)
     expect.set_options(timeout=30_000)
@@ -34,8 +33,13 @@ def test_the_lab_in_a_browser(lab, browser):
     expect(box.locator("#fluxo-status-text")).to_contain_text(
         "connected to the engine as c", timeout=60_000
     )
+    return page, frame, box
 
-    # A chat from the browser's own connection streams back token by token.
+
+def _chat_streams_back(page, frame, box) -> None:
+    """A chat from the browser's own connection streams back token by token."""
+    from playwright.sync_api import expect
+
     box.locator("#fluxo-chat-input").fill("What is the capital of France?")
     box.locator("#fluxo-chat-input").press("Enter")
     expect(box.locator(".turn .meta")).to_contain_text("request #")
@@ -44,12 +48,15 @@ def test_the_lab_in_a_browser(lab, browser):
     assert chat["status"] == "finished" and chat["tokens"] > 0 and chat["text"]
     page.screenshot(path=str(ARTIFACTS / "01-chat.png"))
 
-    # Traffic under the static policy: dead slots fill the slot chart.
+
+def _static_traffic_draws_into_the_same_views(page, frame, box, probe) -> None:
+    """Traffic under the static policy: dead slots fill the slot chart. Incremental: the views
+    are created once; steps keep arriving and are drawn into them."""
+    from playwright.sync_api import expect
+
     page.get_by_role("button", name="Start traffic").click()
     assert wait(lambda: probe.state.get("traffic"), 60)
     expect(box.locator("#fluxo-last-step")).to_contain_text("static")
-
-    # Incremental: the views are created once; steps keep arriving and are drawn into them.
     frame.evaluate("""() => { window.__marker = 42; window.__views = Object.assign({}, fluxo.views);
                               window.__first = {step: \
 +document.querySelector('#fluxo-last-step').dataset.step,
@@ -72,21 +79,25 @@ Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k]),
     ), same
     page.screenshot(path=str(ARTIFACTS / "02-static-traffic.png"))
 
-    # Step end -> its mark in the browser: how old each new step is when the view shows it.
-    lags = frame.evaluate("""async () => {
-        const out = []; let last = null; const t0 = Date.now();
-        while (Date.now() - t0 < 6000 && out.length < 8) {
-            const el = document.querySelector('#fluxo-last-step');
-            if (el && el.dataset.step !== last && el.dataset.tEnd) {
-                if (last !== null) out.push(Date.now() / 1000 - parseFloat(el.dataset.tEnd));
-                last = el.dataset.step;
-            }
-            await new Promise(r => setTimeout(r, 20));
-        }
-        return out; }""")
 
-    # Static -> continuous from a Python widget: Streamlit reruns, the view is neither reloaded
-    # nor rebuilt.
+LAGS_JS = """async () => {
+    const out = []; let last = null; const t0 = Date.now();
+    while (Date.now() - t0 < 6000 && out.length < 8) {
+        const el = document.querySelector('#fluxo-last-step');
+        if (el && el.dataset.step !== last && el.dataset.tEnd) {
+            if (last !== null) out.push(Date.now() / 1000 - parseFloat(el.dataset.tEnd));
+            last = el.dataset.step;
+        }
+        await new Promise(r => setTimeout(r, 20));
+    }
+    return out; }"""
+
+
+def _continuous_keeps_the_view(page, frame, box, probe) -> None:
+    """Static -> continuous from a Python widget: Streamlit reruns, the view is neither reloaded
+    nor rebuilt."""
+    from playwright.sync_api import expect
+
     page.get_by_text("continuous", exact=True).first.click()
     assert wait(lambda: probe.state.get("config", {}).get("policy") == "continuous", 30)
     expect(box.locator("#fluxo-last-step")).to_contain_text("continuous", timeout=30_000)
@@ -98,16 +109,22 @@ Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k]),
     assert kept, "a rerun of the Streamlit script must not reload or rebuild the view"
     assert page.evaluate(f'() => document.querySelector("{VIEW}").dataset.marker') == "kept"
 
-    # Each chart saves as PNG from its vega-embed menu (the libraries are served by the page
-    # itself).
+
+def _chart_saves_as_png(page, box) -> None:
+    """Each chart saves as PNG from its vega-embed menu (the libraries are served by the page
+    itself)."""
     box.locator("#chart-stalls details summary").click()
     with page.expect_download() as download:
         box.locator("#chart-stalls").get_by_text("Save as PNG").click()
     png = Path(download.value.path()).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
 
-    # Step by step: pause, step once (a long answer in flight, so the step has work whatever the
-    # traffic did).
+
+def _pause_and_step_once(page, probe) -> None:
+    """Step by step: pause, step once (a long answer in flight, so the step has work whatever the
+    traffic did), resume."""
+    from playwright.sync_api import expect
+
     probe.request("chat", prompt="Tell me a long story.", max_tokens=200, ignore_eos=True)
     page.get_by_role("link", name="Step by step").click()
     expect(page.get_by_role("heading", name="Step by step")).to_be_visible()
@@ -124,6 +141,20 @@ Object.keys(window.__views).every(k => fluxo.views[k] === window.__views[k]),
     page.screenshot(path=str(ARTIFACTS / "04-step-by-step.png"))
     page.get_by_role("button", name="Resume").click()
     assert wait(lambda: not probe.state.get("paused"), 30)
+
+
+def test_the_lab_in_a_browser(lab, browser):
+    ws_url, http_url, probe = lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    probe.request("control", policy="static")
+    page, frame, box = _open_live(browser, http_url)
+    _chat_streams_back(page, frame, box)
+    _static_traffic_draws_into_the_same_views(page, frame, box, probe)
+    # Step end -> its mark in the browser: how old each new step is when the view shows it.
+    lags = frame.evaluate(LAGS_JS)
+    _continuous_keeps_the_view(page, frame, box, probe)
+    _chart_saves_as_png(page, box)
+    _pause_and_step_once(page, probe)
     probe.request("traffic", action="stop")
     page.close()
     report = {

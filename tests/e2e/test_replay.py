@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs, urlsplit
 
-from browsing import ARTIFACTS, VIEW, view
+from .browsing import ARTIFACTS, VIEW, view
 
 REC = "02-oven-vs-flow"  # static vs continuous: dead slots on one side, none on the other
 
@@ -23,15 +23,12 @@ def step_shown(frame) -> int:
     return int(frame.locator("#rp-pos").get_attribute("data-step"))
 
 
-def test_every_view_replays_a_recording_without_an_engine(offline, browser):
+def _live_falls_back_to_the_recording(page, offline: str):
+    """Live: the engine does not answer, so the page says so and replays the lesson's recording.
+    Returns the view's frame."""
     from playwright.sync_api import expect
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1500, "height": 1900})
-    page.set_default_timeout(60_000)
-    expect.set_options(timeout=60_000)
     page.goto(f"{offline}/?lang=pt-BR&rec={REC}")
-    # Live: the engine does not answer, so the page says so and replays the lesson's recording.
     expect(page.get_by_role("heading", name="Ao vivo")).to_be_visible()
     expect(page.get_by_text("não responde: mostrando uma gravação")).to_be_visible()
     frame = view(page)
@@ -41,6 +38,14 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
     assert frame.evaluate("() => fluxo.ws") is None and sorted(
         frame.evaluate("() => Object.keys(fluxo.views)")
     ) == ["kv", "lanes", "slots", "stalls"]
+    return frame
+
+
+def _play_then_pause_with_space(page, frame) -> int:
+    """Play at 8x from the start, pause with the page's space key: the step paused at goes into
+    the URL. Returns that step."""
+    from playwright.sync_api import expect
+
     total = frame.evaluate("() => fluxo.all.length")
     frame.locator("#rp-speed").select_option("8")
     frame.locator("#rp-play").click()  # from the end, play starts again at the first step
@@ -62,9 +67,14 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
         and params(page.url)["lang"] == "pt-BR"
     )
     expect(frame.locator("#rp-pos")).to_contain_text(f"passo {at} ·")
-    page.screenshot(path=str(ARTIFACTS / "08-replay-pt-BR.png"))
+    return at
 
-    # Step by step opens at the same step; Page Down / Page Up walk the recorded steps.
+
+def _step_keys_walk_the_steps(page, at: int) -> str:
+    """Step by step opens at the same step; Page Down / Page Up walk the recorded steps; ? shows
+    the keys' help. Returns the page's link."""
+    from playwright.sync_api import expect
+
     page.get_by_role("link", name="Passo a passo").click()
     expect(page.get_by_role("heading", name=re.compile(rf"^Passo {at} ·"))).to_be_visible()
     page.wait_for_function(
@@ -78,12 +88,9 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
         expect(page.get_by_role("heading", name=re.compile(rf"^Passo {n} ·"))).to_be_visible()
         page.wait_for_function(f"() => location.search.includes('at={n}')")
 
-    page.keyboard.press("PageDown")
-    shows(at + 1)
-    page.keyboard.press("PageDown")
-    shows(at + 2)
-    page.keyboard.press("PageUp")
-    shows(at + 1)
+    for key, n in (("PageDown", at + 1), ("PageDown", at + 2), ("PageUp", at + 1)):
+        page.keyboard.press(key)
+        shows(n)
     page.wait_for_function(
         f"() => location.search.includes('at={at + 1}') && location.pathname.endsWith('/step')"
     )
@@ -93,9 +100,13 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
     page.screenshot(path=str(ARTIFACTS / "10-step-pt-BR.png"))
     page.keyboard.press("Escape")
     expect(page.locator("#fluxo-keys-help")).to_have_count(0)
-    link = page.url
+    return page.url
 
-    # Compare: both runs side by side, playing together (one player moves the other).
+
+def _compare_plays_both_runs(page) -> None:
+    """Compare: both runs side by side, playing together (one player moves the other)."""
+    from playwright.sync_api import expect
+
     page.get_by_role("link", name="Comparar").click()
     expect(page.get_by_role("heading", name=re.compile("^A: política static"))).to_be_visible()
     a, b = view(page, 0), view(page, 1)
@@ -111,6 +122,20 @@ def test_every_view_replays_a_recording_without_an_engine(offline, browser):
     a.wait_for_function("() => !fluxo.player.playing")
     b.wait_for_function("() => !fluxo.player.playing")
     page.screenshot(path=str(ARTIFACTS / "11-compare-replay.png"), full_page=True)
+
+
+def test_every_view_replays_a_recording_without_an_engine(offline, browser):
+    from playwright.sync_api import expect
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1500, "height": 1900})
+    page.set_default_timeout(60_000)
+    expect.set_options(timeout=60_000)
+    frame = _live_falls_back_to_the_recording(page, offline)
+    at = _play_then_pause_with_space(page, frame)
+    page.screenshot(path=str(ARTIFACTS / "08-replay-pt-BR.png"))
+    link = _step_keys_walk_the_steps(page, at)
+    _compare_plays_both_runs(page)
     page.close()
 
     # A copied link reopens the same view and step, in a fresh browser session.

@@ -1,5 +1,5 @@
 """Start the real engine server (``python -m engine.serve``) and the real Streamlit page as
-subprocesses."""
+subprocesses (for the page's tests, tests/app, and the browser tests, tests/e2e)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
