@@ -12,6 +12,7 @@ refuses.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from servers import start_engine, start_streamlit, stop
@@ -120,6 +121,16 @@ def _chart_saves_as_png(page, box) -> None:
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
 
 
+def _settled_step(probe, quiet_s: float = 1.5) -> int:
+    """The engine's step count once it has not moved for ``quiet_s`` (a paused engine)."""
+    last, since = probe.state["step"], time.time()
+    while time.time() - since < quiet_s:
+        time.sleep(0.1)
+        if probe.state["step"] != last:
+            last, since = probe.state["step"], time.time()
+    return last
+
+
 def _pause_and_step_once(page, probe) -> None:
     """Step by step: pause, step once (a long answer in flight, so the step has work whatever the
     traffic did), resume."""
@@ -130,7 +141,7 @@ def _pause_and_step_once(page, probe) -> None:
     expect(page.get_by_role("heading", name="Step by step")).to_be_visible()
     page.get_by_role("button", name="Pause").click()
     assert wait(lambda: probe.state.get("paused"), 30)
-    before = probe.state["step"]
+    before = _settled_step(probe)  # a step in flight when Pause came still lands
     page.get_by_role("button", name="Step once").click()
     assert wait(lambda: probe.state["step"] == before + 1, 30)
     expect(page.get_by_role("heading", name=f"Step {before + 1} ·")).to_be_visible()
