@@ -2,9 +2,9 @@
 
 One Streamlit component, served from ``app/component/`` with the chart libraries vendored in
 ``app/component/vendor/`` (vega, vega-lite, vega-embed from npm; no CDN: a classroom may be
-offline). The specs come from ``app/charts.py`` (``charts.named_charts``: named datasets, no
+offline). The specs come from ``app/charts/`` (``charts.named_charts``: named datasets, no
 rows); the rows are derived in the browser by ``app/component/rows.js``, a port of the data
-functions of ``app/charts.py``.
+functions of ``app/charts/``.
 
 - :func:`live`: the browser opens its own websocket to the engine (every browser session is its
   own client with its own limits), subscribes, draws incrementally and chats. The Streamlit
@@ -48,7 +48,7 @@ def engine_endpoint() -> dict[str, Any]:
     }
 
 
-# Chart words in Portuguese (titles, axes, legends); the English is app/charts.py's own.
+# Chart words in Portuguese (titles, axes, legends); the English is app/charts/'s own.
 CHART_PT = {
     "Slot occupancy": "Ocupação dos slots",
     "Slots up to this step": "Slots até este passo",

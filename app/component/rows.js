@@ -1,6 +1,6 @@
 /* Fluxo browser view: the chart rows, derived from step records in the browser.
  *
- * Ports of the data functions of app/charts.py, line for line: the same records give the same
+ * Ports of the data functions of app/charts/, line for line: the same records give the same
  * rows (tests/e2e/test_view.py loads recorded telemetry into Chromium and compares every row
  * with the Python functions'). Keep the two in step: change one, change the other.
  * Python None is null here; integer division is Math.floor; sums run left to right as in Python.

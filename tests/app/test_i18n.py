@@ -91,7 +91,7 @@ def test_chart_words_in_portuguese_leave_the_data_alone():
     specs = charts.named_charts()
     pt = {n: browser_view.localize(s, "pt-BR") for n, s in specs.items()}
     en = {n: browser_view.localize(s, "en") for n, s in specs.items()}
-    assert en == specs  # English is charts.py's own
+    assert en == specs  # English is app/charts/'s own
     text = str(pt)
     assert "Ocupação dos slots" in text and "Memória KV" in text and "'field': 'phase'" in text
     assert "'field': 'fase'" not in text and "Slot occupancy" not in text

@@ -110,7 +110,7 @@ def test_live_page_widgets_and_mode_toggle(page, probe):
 
 def test_live_page_traffic_and_browser_view(page, probe, engine_server):
     """The live charts and the chat are the browser view's (tests/e2e drives them in Chromium):
-    the page hands it the four named-data specs of app/charts.py and where the engine is."""
+    the page hands it the four named-data specs of app/charts/ and where the engine is."""
     at = page("live")
     at.button(key="tr_start").click().run()
     assert wait_for(lambda: probe.state.get("traffic"))
