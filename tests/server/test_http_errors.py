@@ -103,69 +103,71 @@ def test_every_engine_and_protocol_error_code_has_an_http_status():
     assert all(400 <= status < 600 for status, _ in STATUS.values())
 
 
+# Chat bodies no server should take, the status and code of the error each gets.
+HOSTILE_CHAT = [
+    (b"{not json", 400, "bad_json"),
+    (b"[1, 2]", 400, "bad_json"),
+    (b'{"messages": "\xff\xfe"}', 400, "bad_utf8"),
+    (json.dumps({**OK, "messages": "hi"}).encode(), 400, "bad_field"),
+    (
+        json.dumps({**OK, "messages": [{"role": "tool", "content": "x"}]}).encode(),
+        400,
+        "bad_field",
+    ),
+    (
+        json.dumps(
+            {**OK, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
+        ).encode(),
+        400,
+        "unsupported",
+    ),
+    (json.dumps({**OK, "max_tokens": "3"}).encode(), 400, "bad_field"),
+    (json.dumps({**OK, "max_tokens": 3.5}).encode(), 400, "bad_field"),
+    (json.dumps({**OK, "max_tokens": 0}).encode(), 400, "bad_field"),
+    (json.dumps({**OK, "max_tokens": 10_000}).encode(), 400, "invalid_max_tokens"),
+    (json.dumps({**OK, "temperature": "hot"}).encode(), 400, "bad_field"),
+    (json.dumps({**OK, "temperature": 99}).encode(), 400, "invalid_sampling"),
+    (json.dumps({**OK, "top_p": 0}).encode(), 400, "invalid_sampling"),
+    (json.dumps({**OK, "stream": "yes"}).encode(), 400, "bad_field"),
+    (json.dumps({**OK, "stop": 5}).encode(), 400, "bad_field"),
+    (json.dumps({**OK, "stop": [""]}).encode(), 400, "bad_field"),
+    (json.dumps({**OK, "seed": -1}).encode(), 400, "bad_field"),
+    (json.dumps({**OK, "n": 2}).encode(), 400, "unsupported"),
+    (json.dumps({**OK, "model": "gpt-4o"}).encode(), 404, "model_not_found"),
+    (
+        json.dumps({**OK, "messages": [{"role": "user", "content": "   "}]}).encode(),
+        400,
+        "empty_prompt",
+    ),
+    (
+        json.dumps({**OK, "messages": [{"role": "user", "content": "word " * 40}]}).encode(),
+        422,
+        "kv_budget_too_small",
+    ),
+]
+
+# The fields HOSTILE_CHAT gets wrong: a bad_field error names one of them.
+BAD_FIELD_PARAMS = ("messages", "max_tokens", "temperature", "stream", "stop", "seed")
+
+# Routes that do not exist, or not for this method.
+BAD_ROUTES = [
+    ("GET", "/nope", 404, "not_found"),
+    ("POST", "/v1/embeddings", 404, "not_found"),
+    ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
+    ("DELETE", "/v1/models", 405, "method_not_allowed"),
+    ("GET", "/v1/models/other", 404, "model_not_found"),
+]
+
+
 def test_hostile_bodies_get_openai_shaped_errors_on_one_connection_that_keeps_serving(tiny_server):
     server = tiny_server(kv_blocks=8)  # 32 tokens of KV: a long prompt cannot fit
     http = Http(server)
-    cases = [
-        (b"{not json", 400, "bad_json"),
-        (b"[1, 2]", 400, "bad_json"),
-        (b'{"messages": "\xff\xfe"}', 400, "bad_utf8"),
-        (json.dumps({**OK, "messages": "hi"}).encode(), 400, "bad_field"),
-        (
-            json.dumps({**OK, "messages": [{"role": "tool", "content": "x"}]}).encode(),
-            400,
-            "bad_field",
-        ),
-        (
-            json.dumps(
-                {**OK, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
-            ).encode(),
-            400,
-            "unsupported",
-        ),
-        (json.dumps({**OK, "max_tokens": "3"}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "max_tokens": 3.5}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "max_tokens": 0}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "max_tokens": 10_000}).encode(), 400, "invalid_max_tokens"),
-        (json.dumps({**OK, "temperature": "hot"}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "temperature": 99}).encode(), 400, "invalid_sampling"),
-        (json.dumps({**OK, "top_p": 0}).encode(), 400, "invalid_sampling"),
-        (json.dumps({**OK, "stream": "yes"}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "stop": 5}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "stop": [""]}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "seed": -1}).encode(), 400, "bad_field"),
-        (json.dumps({**OK, "n": 2}).encode(), 400, "unsupported"),
-        (json.dumps({**OK, "model": "gpt-4o"}).encode(), 404, "model_not_found"),
-        (
-            json.dumps({**OK, "messages": [{"role": "user", "content": "   "}]}).encode(),
-            400,
-            "empty_prompt",
-        ),
-        (
-            json.dumps({**OK, "messages": [{"role": "user", "content": "word " * 40}]}).encode(),
-            422,
-            "kv_budget_too_small",
-        ),
-    ]
-    for raw, status, code in cases:
+    for raw, status, code in HOSTILE_CHAT:
         got, body = http.json("POST", "/v1/chat/completions", raw=raw)
         openai_error(got, body, status, code)
         if code == "bad_field":
-            assert body["error"]["param"] in (
-                "messages",
-                "max_tokens",
-                "temperature",
-                "stream",
-                "stop",
-                "seed",
-            )
-    for method, path, status, code in [
-        ("GET", "/nope", 404, "not_found"),
-        ("POST", "/v1/embeddings", 404, "not_found"),
-        ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
-        ("DELETE", "/v1/models", 405, "method_not_allowed"),
-        ("GET", "/v1/models/other", 404, "model_not_found"),
-    ]:
+            assert body["error"]["param"] in BAD_FIELD_PARAMS
+    for method, path, status, code in BAD_ROUTES:
         openai_error(*http.json(method, path, body={} if method == "POST" else None), status, code)
     status, body = http.json(
         "POST", "/v1/completions", raw=json.dumps({"prompt": ["a", "b"]}).encode()

@@ -10,7 +10,7 @@ import time
 
 from server_client import direct_greedy, open_client, url, wait_idle
 
-from engine.server.server import Limits
+from engine.server.server import Limits, Server
 from engine.workloads.canonical import CHAT_PROMPTS
 
 
@@ -229,42 +229,11 @@ def test_a_subscriber_that_never_reads_does_not_slow_the_engine(serve):
     """Median decode step time of the same run with no subscriber and with 30 stuck ones."""
     # stuck, but not yet dropped as dead
     server = serve(max_slots=8, limits=Limits(keepalive_s=3600))
-    engine = server.engine
-
-    def run_batch() -> float:
-        start = engine.step_count
-        handles = [
-            engine.submit(prompt=p, max_new_tokens=100, ignore_eos=True) for p in CHAT_PROMPTS[:8]
-        ]
-        while not all(h.done for h in handles):
-            time.sleep(0.02)
-        steps = [
-            r for r in engine.telemetry.steps if r["step"] > start and r["tokens"]["prefill"] == 0
-        ]
-        return statistics.median(r["t_end"] - r["t_start"] for r in steps)
-
-    async def stuck_subscribers(n: int):
-        clients = []
-        for _ in range(n):  # a thin pipe both ways, so a client that never reads backs up at once
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect(("127.0.0.1", server.port))
-            clients.append(await open_client(url(server), max_queue=1, sock=sock))
-        for c in clients:
-            await c.send({"type": "subscribe", "history": 0})
-        while sum(c.subscribed for c in server.conns) < n:
-            await asyncio.sleep(0.01)
-        for conn in list(server.conns):
-            conn.ws.transport.get_extra_info("socket").setsockopt(
-                socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
-            )
-        return clients  # never read again
-
-    base = run_batch()
+    base = _median_decode_step(server.engine)
     loop = asyncio.new_event_loop()
-    clients = loop.run_until_complete(stuck_subscribers(30))
+    clients = loop.run_until_complete(_stuck_subscribers(server, 30))
     try:
-        stuck = run_batch()
+        stuck = _median_decode_step(server.engine)
         conns = [c for c in server.conns if c.subscribed]
         assert len(conns) == 30
         print(
@@ -275,11 +244,42 @@ def test_a_subscriber_that_never_reads_does_not_slow_the_engine(serve):
         assert all(len(c.tele) == server.limits.subscriber_buffer and c.skipped > 0 for c in conns)
         assert stuck < base * 1.5  # generous: the CPU is shared with the test's own clients
     finally:
-
-        async def drop() -> None:  # on their own loop, so the sockets really close
-            for c in clients:
-                c.ws.transport.abort()
-            await asyncio.sleep(0.1)
-
-        loop.run_until_complete(drop())
+        loop.run_until_complete(_abort(clients))  # on their own loop, so the sockets really close
         loop.close()
+
+
+def _median_decode_step(engine) -> float:
+    """Eight 100-token requests run to the end: the median time of their decode-only steps."""
+    start = engine.step_count
+    handles = [
+        engine.submit(prompt=p, max_new_tokens=100, ignore_eos=True) for p in CHAT_PROMPTS[:8]
+    ]
+    while not all(h.done for h in handles):
+        time.sleep(0.02)
+    steps = [r for r in engine.telemetry.steps if r["step"] > start and r["tokens"]["prefill"] == 0]
+    return statistics.median(r["t_end"] - r["t_start"] for r in steps)
+
+
+async def _stuck_subscribers(server: Server, n: int) -> list:
+    """``n`` subscribed clients that will never read again, with thin socket buffers both ways."""
+    clients = []
+    for _ in range(n):  # a thin pipe both ways, so a client that never reads backs up at once
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.port))
+        clients.append(await open_client(url(server), max_queue=1, sock=sock))
+    for c in clients:
+        await c.send({"type": "subscribe", "history": 0})
+    while sum(c.subscribed for c in server.conns) < n:
+        await asyncio.sleep(0.01)
+    for conn in list(server.conns):
+        conn.ws.transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
+        )
+    return clients  # never read again
+
+
+async def _abort(clients: list) -> None:
+    for c in clients:
+        c.ws.transport.abort()
+    await asyncio.sleep(0.1)
