@@ -43,49 +43,16 @@ async def _role_and_pause(url: str) -> tuple[str, dict]:
 
 def test_exposed_lab_requires_a_token_and_gives_the_engine_its_own_cores():
     eport, pport = _port(), _port()
-    env = {k: v for k, v in os.environ.items() if k != "FLUXO_TOKEN"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "engine.lab",
-            "--model",
-            "tiny",
-            "--host",
-            "0.0.0.0",
-            "--engine-port",
-            str(eport),
-            "--page-port",
-            str(pport),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _start_lab("0.0.0.0", eport, pport)
     try:
-        token, lines, deadline = None, [], time.time() + 300
-        while token is None and time.time() < deadline and proc.poll() is None:
-            line = proc.stdout.readline()
-            lines.append(line)
-            m = re.search(r"presenter token is\s+(\S+)", line)
-            token = m.group(1) if m else None
-        assert token, "".join(lines)
+        token = _printed_token(proc)
         with urllib.request.urlopen(f"http://127.0.0.1:{pport}/_stcore/health", timeout=10) as r:
             assert r.status == 200
         role, answer = asyncio.run(_role_and_pause(f"ws://127.0.0.1:{eport}/"))
         assert role == "viewer" and answer["type"] == "error" and answer["code"] == "forbidden"
         role, answer = asyncio.run(_role_and_pause(f"ws://127.0.0.1:{eport}/?token={token}"))
         assert role == "presenter" and answer["type"] == "state" and answer["paused"]
-        children = psutil.Process(proc.pid).children()
-        engine = next(c for c in children if "engine.serve" in " ".join(c.cmdline()))
-        page = next(c for c in children if "streamlit" in " ".join(c.cmdline()))
-        split = cpu.lab_split()
-        if split.pinned and split.page_cpus:
-            assert sorted(engine.cpu_affinity()) == list(split.engine_cpus)
-            assert sorted(page.cpu_affinity()) == list(split.page_cpus)
-            assert f"--threads {split.engine_threads}" in " ".join(engine.cmdline())
+        engine, page = _engine_and_page_on_their_cores(proc)
     finally:
         proc.terminate()
         try:
@@ -95,3 +62,38 @@ def test_exposed_lab_requires_a_token_and_gives_the_engine_its_own_cores():
             pytest.fail("the launcher did not stop on SIGTERM")
     gone, alive = psutil.wait_procs([engine, page], timeout=20)
     assert not alive, "stopping the launcher must stop the engine and the page"
+
+
+def _start_lab(host: str, eport: int, pport: int) -> subprocess.Popen:
+    """``python -m engine.lab`` on the tiny model, with no FLUXO_TOKEN in its environment."""
+    env = {k: v for k, v in os.environ.items() if k != "FLUXO_TOKEN"}
+    cmd = [sys.executable, "-m", "engine.lab", "--model", "tiny", "--host", host]
+    cmd += ["--engine-port", str(eport), "--page-port", str(pport)]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _printed_token(proc: subprocess.Popen) -> str:
+    """The presenter token the launcher prints (it generates one for an exposed address)."""
+    token, lines, deadline = None, [], time.time() + 300
+    while token is None and time.time() < deadline and proc.poll() is None:
+        line = proc.stdout.readline()
+        lines.append(line)
+        m = re.search(r"presenter token is\s+(\S+)", line)
+        token = m.group(1) if m else None
+    assert token, "".join(lines)
+    return token
+
+
+def _engine_and_page_on_their_cores(proc: subprocess.Popen) -> tuple:
+    """The launcher's two children, checked to sit on the cores the lab's split gives them."""
+    children = psutil.Process(proc.pid).children()
+    engine = next(c for c in children if "engine.serve" in " ".join(c.cmdline()))
+    page = next(c for c in children if "streamlit" in " ".join(c.cmdline()))
+    split = cpu.lab_split()
+    if split.pinned and split.page_cpus:
+        assert sorted(engine.cpu_affinity()) == list(split.engine_cpus)
+        assert sorted(page.cpu_affinity()) == list(split.page_cpus)
+        assert f"--threads {split.engine_threads}" in " ".join(engine.cmdline())
+    return engine, page
