@@ -170,6 +170,9 @@ def deliver(conn: Any, seq: Sequence, event: Event) -> None:
         return
     ref = entry["ref"]
     if event.kind == "token":
+        if entry.get("pos"):  # told it was waiting: say it was admitted before its first token
+            entry["pos"] = 0  # (the periodic queue report can miss a request that runs quickly)
+            conn.send({"type": "queued", "request": seq.id, "ref": ref, "position": 0})
         conn.send(
             {
                 "type": "token",

@@ -145,8 +145,7 @@ class PresenterMessages:
         # step in progress ends first) and the traffic generator holds its arrivals until the
         # replays are done; people's chats are queued meanwhile (state.comparing says why).
         # It runs as a task of its own, so this connection's other messages are answered meanwhile.
-        self._compare_running = True
-        self.broadcast_state()
+        self._compare_running = True  # refuses pause/resume/step at once; said once held
         ref = msg.get("ref") if isinstance(msg.get("ref"), str) else None
         self._compare_task = asyncio.create_task(
             self._compare(conn, self.comparison.run, workload, a, b, scale, ref)
@@ -166,6 +165,7 @@ class PresenterMessages:
         try:
             if not was_paused:
                 await asyncio.to_thread(self.engine.pause)
+            self.broadcast_state()  # state.comparing: the live engine is held from now on
             result = await asyncio.to_thread(
                 compare, self.engine.model, self.engine.tokenizer, workload, a, b, scale
             )

@@ -4,6 +4,7 @@ told its place in the queue, and a comparison holds the live engine and its traf
 from __future__ import annotations
 
 import asyncio
+import time
 
 from server_client import open_client, url, wait_idle
 
@@ -45,22 +46,39 @@ def test_ten_clients_chat_at_once_and_waiting_requests_learn_their_place(serve):
         ]
 
 
+TRAFFIC = {
+    "type": "traffic",
+    "action": "start",
+    **{"rate": 8, "prompts": "chat", "lengths": "uniform", "median": 8, "max_tokens": 8},
+}
+
+
+async def stepped_past(server, step: int, timeout: float) -> int:
+    """The live engine's step count once it has gone past ``step`` (or at the timeout)."""
+    end = time.monotonic() + timeout
+    while server.engine.step_count <= step and time.monotonic() < end:
+        await asyncio.sleep(0.1)
+    return server.engine.step_count
+
+
+async def while_comparing(server) -> tuple[int, int]:
+    """The live engine's step count and the traffic's arrivals, last seen while the comparison
+    still ran (the server resumes both the moment it ends, before its answer reaches us)."""
+    last = (server.engine.step_count, server.traffic_stats["sent"])
+    while server._compare_running:
+        seen = (server.engine.step_count, server.traffic_stats["sent"])
+        if server._compare_running:
+            last = seen
+        await asyncio.sleep(0.05)
+    return last
+
+
 def test_a_comparison_holds_live_stepping_and_traffic(serve):
     server = serve(max_slots=4)
 
     async def main():
         presenter = await open_client(url(server))
-        await presenter.send(
-            {
-                "type": "traffic",
-                "action": "start",
-                "rate": 8,
-                "prompts": "chat",
-                "lengths": "uniform",
-                "median": 8,
-                "max_tokens": 8,
-            }
-        )
+        await presenter.send(TRAFFIC)
         await presenter.until(lambda m: m["type"] == "state" and m["traffic"])
         await asyncio.sleep(1.0)
         await presenter.send(
@@ -74,17 +92,17 @@ def test_a_comparison_holds_live_stepping_and_traffic(serve):
             }
         )
         await presenter.until(lambda m: m["type"] == "state" and m["comparing"])
-        # the live step in progress has ended: from here nothing live steps
-        await asyncio.sleep(0.3)
+        # said once the live step in progress has ended: from here nothing live steps
         held_step, held_sent = server.engine.step_count, server.traffic_stats["sent"]
+        watching = asyncio.create_task(while_comparing(server))
         await presenter.send({"type": "resume", "ref": "r"})
         refused = await presenter.until(lambda m: m.get("ref") == "r")
         result = await presenter.until(lambda m: m["type"] == "compare", timeout=600)
-        during = (server.engine.step_count - held_step, server.traffic_stats["sent"] - held_sent)
+        step, sent = await watching
+        during = (step - held_step, sent - held_sent)
         state = await presenter.until(lambda m: m["type"] == "state" and not m["comparing"])
-        await asyncio.sleep(1.0)
-        after = server.engine.step_count
         await presenter.send({"type": "traffic", "action": "stop"})
+        after = await stepped_past(server, held_step + during[0], 120)
         return refused, result, during, state, after, held_step
 
     refused, result, during, state, after, held_step = asyncio.run(main())
