@@ -240,9 +240,8 @@ def test_per_peer_limits_and_queue_limit_answer_429_and_503(tiny_server):
     try:
         held = [Http(server) for _ in range(2)]
         for h in held:
-            h.request(
-                "POST", "/v1/completions", json.dumps({"prompt": "ab", "max_tokens": 2}).encode()
-            )
+            body = {"prompt": "ab", "max_tokens": 2, "ignore_eos": True}  # exactly 2 tokens
+            h.request("POST", "/v1/completions", json.dumps(body).encode())
         deadline = time.monotonic() + 10
         while server.engine.queue_len() < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
