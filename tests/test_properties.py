@@ -15,7 +15,6 @@ regression tests: BUG-A (fixed in c486857) and BUG-B (fixed in edf3bb1).
 from __future__ import annotations
 
 import pytest
-import torch
 from engine_harness import Harness, check_greedy, reference, run_program
 from engine_programs import programs, with_scenarios
 from hypothesis import HealthCheck, given, settings
@@ -23,15 +22,9 @@ from hypothesis import strategies as st
 
 from engine.core.sequence import Status
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The tiny model gains nothing from intra-op threads, and on a busy 2-core machine torch's
-    thread pool makes a step ~100x slower (7 s instead of 0.04 s for one preemption run)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# One intra-op thread (tests/conftest.py): on a busy 2-core machine torch's thread pool made a
+# step ~100x slower (7 s instead of 0.04 s for one preemption run).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 PROP = dict(
