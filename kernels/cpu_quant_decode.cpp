@@ -192,9 +192,9 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
     }
     const int64_t* hdesc = s.desc + s.layers * 10;
     rmsnorm(s.h, (const float*)hdesc[2], B, D, s.eps, t.f.data());
-    // The head on int8 activations too: at 8 rows 7.5 ms vs 14.6 for the fp32-activation block
-    // kernel, at 1 row 3.7 vs 6.3 (49152x576 Q8_0, 1 thread, thread CPU time, median of 15,
-    // machine at load ~10, 2026-11-30).
+    // The head on int8 activations too: at 8 rows 8.0 ms vs 14.6 for the fp32-activation block
+    // kernel, at 1 row 4.0 vs 6.3 (49152x576 Q8_0, 1 thread, thread CPU time, medians of 60 and
+    // 15, machine at load ~10, 2026-11-30).
     quantize_rows(t.f.data(), B, D, x);
     qmm_part((const uint8_t*)hdesc[0], hdesc[1], s.vocab, D, x, B, s.logits, s.vocab, 0, tid, nt);
     _mm_setcsr(csr);
