@@ -20,6 +20,11 @@ per maddubs, the next tile prefetched while one computes). The whole SmolLM2 q4 
 (ctx 128, 1 thread, process CPU ms, median of 9; three A/B pairs at load 4-10), before -> after
 the tiles and the int8 head: 8 rows 52.2, 52.2, 71.6 -> 35.4, 43.6, 46.8; 2 rows 23.2, 23.7,
 32.3 -> 16.6, 21.0, 21.4; 1 row 15.1, 15.6, 21.7 -> 15.4, 17.9, 19.3 (unchanged within noise).
+At 2 threads, once the machine fell quiet (load ~1, 13:04 UTC; A B A B, two pairs):
+``engine.lab.roofline.roofline(weights=("q4",), rows=(1, 8), reps=7)`` 8 rows 53.5, 35.9 ->
+25.2, 27.3 ms a step (0.17, 0.22 -> 0.34, 0.30 of the read roof measured in the same run), 1 row
+13.1, 10.8 -> 11.7, 10.2; the ``batching`` workload, continuous, 8 slots: 143.9, 151.4 -> 255.2,
+205.1 useful tokens/s (69.4, 73.2 -> 121.1, 98.1 per CPU second; 259 steps in every run).
 ``decode_step`` runs every layer, the final norm and the head in one OpenMP region: each
 product's output rows split over the threads, 6 barriers a layer, norms and activation
 quantization repeated per thread instead of a barrier each, SwiGLU and the residual adds in the
