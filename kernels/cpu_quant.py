@@ -25,6 +25,11 @@ At 2 threads, once the machine fell quiet (load ~1, 13:04 UTC; A B A B, two pair
 25.2, 27.3 ms a step (0.17, 0.22 -> 0.34, 0.30 of the read roof measured in the same run), 1 row
 13.1, 10.8 -> 11.7, 10.2; the ``batching`` workload, continuous, 8 slots: 143.9, 151.4 -> 255.2,
 205.1 useful tokens/s (69.4, 73.2 -> 121.1, 98.1 per CPU second; 259 steps in every run).
+Then ``python -m engine.bench peer`` and ``roofline`` (2 threads, load 0-2, 13:06-13:16 UTC):
+``batching`` at 8 slots 209.6 useful tokens/s vs llama.cpp's server 82.9 (2.53x), one stream
+91.4 vs ``llama-bench`` tg64 65.3 (1.40x); the q4 step at 8 rows 27.8 ms = 0.31 of the 16.9 GB/s
+read roof (1 row 10.7 ms, 0.56). What is left at 8 rows (1-thread profile): the tiles'
+arithmetic ~40 %, attention over the fp32 KV cache ~25 %, the Q8_0 head ~19 %, packing ~11 %.
 ``decode_step`` runs every layer, the final norm and the head in one OpenMP region: each
 product's output rows split over the threads, 6 barriers a layer, norms and activation
 quantization repeated per thread instead of a barrier each, SwiGLU and the residual adds in the
