@@ -49,20 +49,37 @@
   function queue() {
     return top.__fluxoKeyQueue || (top.__fluxoKeyQueue = {dirs: [], sent: 0, seen: false});
   }
+  const SETTLE_MS = 400;
   const pumpId = Math.random();
   function pump() {
     if (top.__fluxoKeysPump !== pumpId) return;  // a newer keys frame pumps the queue
     const q = queue();
     const st = scriptState();
-    if (q.sent) {  // a press is out: wait until its run has started and ended
-      if (st !== "notRunning") { q.seen = true; return; }
+    if (q.sent) {  // a press is out: wait until its run has started and ended, then settled
+      if (st !== "notRunning") { q.seen = true; q.ended = 0; return; }
       if (!q.seen && Date.now() - q.sent < 1500) return;
+      // The page applies a run's last values to its widgets a moment after the run ends; a click
+      // before that sent the step slider's old value with it, which undid the press (one press
+      // in seven lost in a burst). So the next press waits until the page has been idle a while.
+      if (!q.ended) q.ended = Date.now();
+      if (Date.now() - q.ended < SETTLE_MS) return;
       q.sent = 0;
       q.seen = false;
+      q.ended = 0;
     }
     if (st !== "notRunning" || !q.dirs.length) return;
-    const b = button(q.dirs.shift() > 0 ? "fwd" : "back");
-    if (b) { b.click(); q.sent = Date.now(); } else q.dirs.length = 0;  // left Step by step
+    const b = button(q.dirs[0] > 0 ? "fwd" : "back");
+    if (b) {
+      q.dirs.shift();
+      q.missing = 0;
+      b.click();
+      q.sent = Date.now();
+    } else if (!q.missing) {
+      q.missing = Date.now();  // the page may still be drawing its buttons: keep the presses
+    } else if (Date.now() - q.missing > 3000) {
+      q.dirs.length = 0;  // no such button for 3 s: the presenter left Step by step
+      q.missing = 0;
+    }
   }
   top.__fluxoKeysPump = pumpId;
   setInterval(pump, 40);
