@@ -14,12 +14,14 @@ integer dot products (``_mm256_maddubs_epi16``), 4 conversions and 4 fmas a bloc
 vocabulary head included. Measured 2026-11-30 (thread CPU time, p10 of 200, 1 thread, machine at
 load ~11): gate+up 3072x576 at 1 row 0.244 ms fp32 activations -> 0.134 int8, at 8 rows 0.874 ->
 0.736; the head 49152x576 Q8_0 at 1 row 6.05 -> 4.92 ms, and (medians, load ~10) at 8 rows
-14.6 -> 8.0 ms. From 2 activation rows, Q4_1 products run 8x4 register tiles
-(``cpu_quant_tile.cpp``: each weight block unpacked once per call for every row, 8 weight rows
-per maddubs, the next tile prefetched while one computes). The whole SmolLM2 q4 decode step
-(ctx 128, 1 thread, process CPU ms, median of 9; three A/B pairs at load 4-10), before -> after
-the tiles and the int8 head: 8 rows 52.2, 52.2, 71.6 -> 35.4, 43.6, 46.8; 2 rows 23.2, 23.7,
-32.3 -> 16.6, 21.0, 21.4; 1 row 15.1, 15.6, 21.7 -> 15.4, 17.9, 19.3 (unchanged within noise).
+14.6 -> 8.0 ms. From 2 activation rows, Q4_1 products (and, since, the Q8_0 head) run 8x4
+register tiles (``cpu_quant_tile.cpp``: 8 weight rows per maddubs, the next tile prefetched while
+one computes), at first on each weight block unpacked once per call, now on a copy of the weights
+rearranged at load (``tiles``: the same bytes per weight, nibbles unpacked in registers). The
+whole SmolLM2 q4 decode step (ctx 128, 1 thread, process CPU ms, median of 9; three A/B pairs at
+load 4-10), before -> after the tiles and the int8 head: 8 rows 52.2, 52.2, 71.6 -> 35.4, 43.6,
+46.8; 2 rows 23.2, 23.7, 32.3 -> 16.6, 21.0, 21.4; 1 row 15.1, 15.6, 21.7 -> 15.4, 17.9, 19.3
+(unchanged within noise).
 At 2 threads, once the machine fell quiet (load ~1, 13:04 UTC; A B A B, two pairs):
 ``engine.lab.roofline.roofline(weights=("q4",), rows=(1, 8), reps=7)`` 8 rows 53.5, 35.9 ->
 25.2, 27.3 ms a step (0.17, 0.22 -> 0.34, 0.30 of the read roof measured in the same run), 1 row
@@ -152,7 +154,10 @@ def _load() -> ctypes.CDLL:
         fn.restype = None
     p, c_int = ctypes.c_void_p, ctypes.c_int
     lib.fluxo_quantize_q8_1.argtypes = [p, i64, i64, p, p, p]
-    lib.fluxo_qmm.argtypes = [p, i64, i64, p, c_int, i64, p, c_int, c_int]
+    lib.fluxo_qmm.argtypes = [p, i64, i64, p, p, c_int, i64, p, c_int, c_int]
+    for fn in (lib.fluxo_q4_1_tiles, lib.fluxo_q8_0_tiles):
+        fn.argtypes = [p, i64, i64, p]
+        fn.restype = None
     lib.fluxo_decode_step.argtypes = [p, p, p, p, i64, p, p, p, p, p, i64, p, p, p, i64, p, c_int]
     for fn in (lib.fluxo_quantize_q8_1, lib.fluxo_qmm, lib.fluxo_decode_step):
         fn.restype = None
@@ -244,13 +249,35 @@ def quantize_q8_1(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return q, d, s
 
 
-def qmatmul(x: torch.Tensor, blocks: torch.Tensor, fmt: str, swiglu: bool = False) -> torch.Tensor:
+def tiles(blocks: torch.Tensor, fmt: str, k: int) -> torch.Tensor:
+    """``blocks [N, ...]`` in the register tiles' layout (``cpu_quant_tile.cpp``), once at load:
+    the same bytes (Q4_1: 4 bits a weight, fp16 d and m; Q8_0: int8 and fp16 d) per 8-row tile,
+    rearranged so that the tiles read them in place; the last ``N mod 8`` rows stay as they are."""
+    lib = _lib_or_raise()
+    _check(blocks, fmt, k)
+    out = torch.empty_like(blocks)
+    fn = lib.fluxo_q4_1_tiles if fmt == "q4_1" else lib.fluxo_q8_0_tiles
+    fn(blocks.data_ptr(), blocks.shape[0], k, out.data_ptr())
+    return out
+
+
+def qmatmul(
+    x: torch.Tensor,
+    blocks: torch.Tensor,
+    fmt: str,
+    swiglu: bool = False,
+    tiles: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``x [M, K] @ dequant(blocks).T`` with ``x`` quantized to int8 per 32 (``quantize_q8_1``) and
     integer dot products, as the decode step computes it. ``swiglu``: the blocks are gate rows then
-    up rows, and the result is ``silu(gate) * up`` ``[M, N/2]``."""
+    up rows, and the result is ``silu(gate) * up`` ``[M, N/2]``. ``tiles``: ``tiles(blocks)``, read
+    by the products at 2 or more rows (Q4_1: the same numbers, without packing each tile per call;
+    Q8_0: tiles instead of the one-row kernel, equal up to fp32 summation order)."""
     lib = _lib_or_raise()
     m, k = x.shape
     _check(blocks, fmt, k)
+    if tiles is not None and tiles.shape != blocks.shape:
+        raise ValueError("tiles must be cpu_quant.tiles(blocks)")
     x = x.contiguous()
     if x.dtype != torch.float32:
         raise ValueError("the quantized kernels take fp32 activations")
@@ -262,6 +289,7 @@ def qmatmul(x: torch.Tensor, blocks: torch.Tensor, fmt: str, swiglu: bool = Fals
             m,
             k,
             blocks.data_ptr(),
+            tiles.data_ptr() if tiles is not None else None,
             fmt == "q4_1",
             n,
             y.data_ptr(),

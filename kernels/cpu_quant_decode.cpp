@@ -24,7 +24,8 @@ static inline void rope(float* x, const float* c, const float* s, int64_t d) {
 }
 
 struct Step {  // everything one decode step reads, as the Python side lays it out
-    const int64_t* desc;  // per layer: qkv, q4?, o, q4?, gate_up, q4?, down, q4?, ln1, ln2; head, q4?, norm
+    const int64_t* desc;  // per layer: (blocks, q4?, tiles) of qkv, o, gate_up, down; ln1, ln2;
+                          // then the head's (blocks, q4?, tiles), the final norm
     int64_t layers, hidden, heads, kv_heads, head_dim, inter, vocab;
     float eps, scale;
     float* h;  // [B, hidden] in: embeddings; out: last hidden state
@@ -168,35 +169,35 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040);  // flush denormals to zero (tiny softmax weights are microcode-slow)
     for (int64_t l = 0; l < s.layers; l++) {
-        const int64_t* d = s.desc + l * 10;
+        const int64_t* d = s.desc + l * 14;
         float* kc = s.kc + l * s.layer_stride;
         float* vc = s.vc + l * s.layer_stride;
-        rmsnorm(s.h, (const float*)d[8], B, D, s.eps, t.f.data());
+        rmsnorm(s.h, (const float*)d[12], B, D, s.eps, t.f.data());
         quantize_rows(t.f.data(), B, D, x);
-        qmm_part((const uint8_t*)d[0], d[1], nqkv, D, x, B, qkv, nqkv, 0, tid, nt);
+        qmm_part((const uint8_t*)d[0], (const uint8_t*)d[2], d[1], nqkv, D, x, B, qkv, nqkv, 0, tid, nt);
         #pragma omp barrier
         write_kv(s, qkv, nqkv, kc, vc, tid, nt);
         #pragma omp barrier
         attend(s, qkv, nqkv, kc, vc, attn, t, tid, nt);
         #pragma omp barrier
         quantize_rows(attn, B, s.heads * hd, x);
-        qmm_part((const uint8_t*)d[2], d[3], D, s.heads * hd, x, B, s.h, D, 1, tid, nt);
+        qmm_part((const uint8_t*)d[3], (const uint8_t*)d[5], d[4], D, s.heads * hd, x, B, s.h, D, 1, tid, nt);
         #pragma omp barrier
-        rmsnorm(s.h, (const float*)d[9], B, D, s.eps, t.f.data());
+        rmsnorm(s.h, (const float*)d[13], B, D, s.eps, t.f.data());
         quantize_rows(t.f.data(), B, D, x);
-        qmm_part((const uint8_t*)d[4], d[5], s.inter, D, x, B, act, s.inter, 2, tid, nt);
+        qmm_part((const uint8_t*)d[6], (const uint8_t*)d[8], d[7], s.inter, D, x, B, act, s.inter, 2, tid, nt);
         #pragma omp barrier
         quantize_rows(act, B, s.inter, x);
-        qmm_part((const uint8_t*)d[6], d[7], D, s.inter, x, B, s.h, D, 1, tid, nt);
+        qmm_part((const uint8_t*)d[9], (const uint8_t*)d[11], d[10], D, s.inter, x, B, s.h, D, 1, tid, nt);
         #pragma omp barrier
     }
-    const int64_t* hdesc = s.desc + s.layers * 10;
-    rmsnorm(s.h, (const float*)hdesc[2], B, D, s.eps, t.f.data());
+    const int64_t* hdesc = s.desc + s.layers * 14;
+    rmsnorm(s.h, (const float*)hdesc[3], B, D, s.eps, t.f.data());
     // The head on int8 activations too: at 8 rows 8.0 ms vs 14.6 for the fp32-activation block
     // kernel, at 1 row 4.0 vs 6.3 (49152x576 Q8_0, 1 thread, thread CPU time, medians of 60 and
     // 15, machine at load ~10, 2026-11-30).
     quantize_rows(t.f.data(), B, D, x);
-    qmm_part((const uint8_t*)hdesc[0], hdesc[1], s.vocab, D, x, B, s.logits, s.vocab, 0, tid, nt);
+    qmm_part((const uint8_t*)hdesc[0], (const uint8_t*)hdesc[2], hdesc[1], s.vocab, D, x, B, s.logits, s.vocab, 0, tid, nt);
     _mm_setcsr(csr);
 }
 

@@ -70,9 +70,8 @@ def q8_1_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 @needs_kernels
 def test_activation_quantization_equals_the_torch_reference():
     torch.manual_seed(2)
-    x = torch.randn(5, 96) * torch.tensor([0.01, 1.0, 300.0]).repeat_interleave(
-        32
-    )  # outlier blocks
+    # outlier blocks
+    x = torch.randn(5, 96) * torch.tensor([0.01, 1.0, 300.0]).repeat_interleave(32)
     x[1, 32:64] = 0  # an all-zero block: scale 0, q 0
     q, d, s = cpu_quant.quantize_q8_1(x)
     rq, rd, rs = q8_1_ref(x)
@@ -96,9 +95,7 @@ def test_int8_activation_matmul_within_its_rounding_bound(fmt, rows):
     q, d, _ = q8_1_ref(x)
     xq = (q.double().view(rows, 18, 32) * d.double()[..., None]).view(rows, 576)
     torch.testing.assert_close(got, xq @ ref_w.T, rtol=0, atol=2e-5)
-    bound = (ref_w.abs().view(1, 200, 18, 32).sum(-1) * d.double()[:, None, :] / 2).sum(
-        -1
-    )  # [rows, 200]
+    bound = (ref_w.abs().view(1, 200, 18, 32).sum(-1) * d.double()[:, None, :] / 2).sum(-1)
     err = (got - x.double() @ ref_w.T).abs()
     assert (err <= bound + 2e-5).all()
     assert err.max() > 1e-4  # activations really are quantized (an fp32 path would be ~1e-6)
@@ -113,6 +110,17 @@ def int8_reference(x: torch.Tensor, blocks: torch.Tensor, fmt: str) -> torch.Ten
     return xq @ quant.dequantize_ref(blocks, fmt, k).double().T
 
 
+def tiles_ref(blocks: torch.Tensor, fmt: str, k: int) -> torch.Tensor:
+    """The tile layout in torch: per 8-row tile and block, dword j of row i at lane i of vector j
+    (Q4_1's 16 nibble bytes, Q8_0's 32 int8), then the 8 rows' d (then Q4_1's m); rest as is."""
+    t, nb, head = blocks.shape[0] // 8 * 8, k // 32, 4 if fmt == "q4_1" else 2  # head: scale bytes
+    b = blocks[:t].view(t // 8, 8, nb, blocks.shape[1] // nb)  # [tiles, row, block, bytes]
+    q = b[..., head:].unflatten(-1, (-1, 4)).permute(0, 2, 3, 1, 4)  # [tile, block, dword, row, 4]
+    sc = b[..., :head].unflatten(-1, (-1, 2)).permute(0, 2, 3, 1, 4)  # [tile, block, d|m, row, 2]
+    tiled = torch.cat((q.flatten(2), sc.flatten(2)), -1).reshape(t, blocks.shape[1])
+    return torch.cat((tiled, blocks[t:]))
+
+
 # N: whole 8-row tiles, tiles plus a remainder, fewer rows than a tile; K: 1 to 48 blocks.
 ODD_SHAPES = [(200, 576), (13, 64), (5, 32), (35, 1536)]
 
@@ -124,17 +132,24 @@ ODD_SHAPES = [(200, 576), (13, 64), (5, 32), (35, 1536)]
 def test_int8_matmul_every_row_count_tile_and_remainder(fmt, shape, threads):
     """1..9 rows (the 8x4 tiles, their 1-3 row remainder, the one-row kernel) on shapes with and
     without an N remainder, output rows split over 1-3 threads, against the float64 product of
-    the same int8 activations and the dequantized fp32 weight."""
+    the same int8 activations and the dequantized fp32 weight; with the tile layout made at load
+    too (Q4_1: bit for bit the tiles packed per call; Q8_0: tiles instead of the one-row kernel)."""
     n, k = shape
     torch.manual_seed(n + k)
     blocks = quant.quantize(torch.randn(n, k) * 0.05, fmt)
+    tiles = cpu_quant.tiles(blocks, fmt, k)
+    assert torch.equal(tiles, tiles_ref(blocks, fmt, k))  # the blocks' bytes, rearranged
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         for rows in range(1, 10):
             x = torch.randn(rows, k) * torch.linspace(0.1, 3, k)  # blocks of different scales
             got = cpu_quant.qmatmul(x, blocks, fmt).double()
-            torch.testing.assert_close(got, int8_reference(x, blocks, fmt), rtol=0, atol=5e-5)
+            want = int8_reference(x, blocks, fmt)
+            torch.testing.assert_close(got, want, rtol=0, atol=5e-5)
+            tiled = cpu_quant.qmatmul(x, blocks, fmt, tiles=tiles).double()
+            torch.testing.assert_close(tiled, want, rtol=0, atol=5e-5)
+            assert fmt == "q8_0" or torch.equal(tiled, got)
             # each row's result is its own: the same row alone gives the same numbers
             alone = cpu_quant.qmatmul(x[-1:], blocks, fmt).double()
             torch.testing.assert_close(got[-1:], alone, rtol=0, atol=5e-5)
@@ -145,27 +160,22 @@ def test_int8_matmul_every_row_count_tile_and_remainder(fmt, shape, threads):
 @needs_kernels
 @pytest.mark.parametrize("half", [96, 13])
 def test_int8_swiglu_epilogue_every_row_count(half):
-    """silu(gate) * up on the tiles (1..9 rows) and on the N remainder, against the reference."""
+    """silu(gate) * up on the tiles (1..9 rows) and on the N remainder, against the reference and
+    the plain product's gate and up columns."""
     torch.manual_seed(half)
     blocks = quant.quantize(torch.randn(2 * half, 128) * 0.1, "q4_1")
+    tiles = cpu_quant.tiles(blocks, "q4_1", 128)
     for rows in range(1, 10):
         x = torch.randn(rows, 128)
         g = int8_reference(x, blocks, "q4_1")  # [rows, 2 * half]: gate columns, then up
         want = torch.nn.functional.silu(g[:, :half]) * g[:, half:]
         got = cpu_quant.qmatmul(x, blocks, "q4_1", swiglu=True).double()
         torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
-
-
-@needs_kernels
-def test_int8_swiglu_epilogue():
-    torch.manual_seed(3)
-    blocks = quant.quantize(torch.randn(2 * 96, 128) * 0.1, "q4_1")
-    x = torch.randn(5, 128)
-    g = cpu_quant.qmatmul(x, blocks, "q4_1")  # [5, 192]: gate columns, then up
-    got = cpu_quant.qmatmul(x, blocks, "q4_1", swiglu=True)
-    torch.testing.assert_close(
-        got, torch.nn.functional.silu(g[:, :96]) * g[:, 96:], rtol=1e-5, atol=1e-6
-    )
+        g = cpu_quant.qmatmul(x, blocks, "q4_1")  # gate columns, then up: the same products
+        silu = torch.nn.functional.silu(g[:, :half]) * g[:, half:]
+        torch.testing.assert_close(got.float(), silu, rtol=1e-5, atol=1e-6)
+        tiled = cpu_quant.qmatmul(x, blocks, "q4_1", swiglu=True, tiles=tiles).double()
+        assert torch.equal(tiled, got)  # half 13: the up rows start no tile, so the blocks serve
 
 
 @needs_kernels
