@@ -1,8 +1,6 @@
 """Compare: the same workload replayed under two configurations, side by side, with measured
 ratios; or a lesson's recorded comparison, played side by side with no engine."""
 
-import math
-
 import pandas as pd
 import streamlit as st
 
@@ -12,18 +10,6 @@ ctx = ui.page_setup("cmp_title", "cmp_caption")
 w, lang = ctx.w, ctx.lang
 # Count-based ratios do not depend on how busy the machine was; wall-clock ones do.
 COUNT_RATIOS = ("tokens_per_step_b_over_a", "slot_steps_per_token_b_over_a")
-RATIO_KEYS = (
-    "throughput",
-    "ttft_p50",
-    "itl_p50",
-    "itl_p99",
-    "itl_max",
-    "running_itl_max",
-    "peak_running",
-    "decode_tput",
-    "tokens_per_step",
-    "slot_steps_per_token",
-)
 TABLE_KEYS = (
     "throughput",
     "ttft_p50",
@@ -80,11 +66,6 @@ def run_live() -> dict | None:
     return st.session_state.get("cmp_result")
 
 
-def _ratio(b: float | None, a: float | None) -> float:
-    ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and a and not math.isnan(a)
-    return b / a if ok else float("nan")
-
-
 def from_recording() -> dict | None:
     """The recording's two runs as a comparison: their summaries (of the whole runs) and steps."""
     rec = ctx.rec
@@ -95,10 +76,7 @@ def from_recording() -> dict | None:
         st.info(w["cmp_one_run"])
         return None
     a, b = list(rec.runs.values())[:2]
-    sa, sb = a.summary, b.summary
-    ratios = {
-        f"{k}_b_over_a": _ratio(sb.get(k), sa.get(k)) for k in RATIO_KEYS if k in sa and k in sb
-    }
+    ratios = dict(rec.meta.get("ratios") or {})  # the engine's, kept when it recorded
     st.caption(
         w["cmp_rec"].format(
             lesson=rec.meta.get("lesson", rec.source),

@@ -33,6 +33,7 @@ from engine.lab.scenario import (
     lesson_dirs,
     load,
     measure,
+    ratios,
 )
 
 FORMAT, VERSION = "fluxo-recording", 1
@@ -111,11 +112,14 @@ def record_lesson(model, tok, folder: Path) -> Path:
     cmp_ = compares(scenario)[0]
     spec = SPECS[cmp_["workload"]]
     scale = max(0.05, float(cmp_.get("scale", 1.0)) * SCALE_FACTOR)
-    lines = [_header(folder, scenario, cmp_, scale)]
+    lines, summary = [_header(folder, scenario, cmp_, scale)], {}
     for side in ("a", "b"):
         # One torch thread: on a shared 2-core machine (load ~12 here) a team of two spins.
         config = {**engine_config(spec["engine"], cmp_.get(side, {})), "threads": 1}
-        lines += _run_lines(side, cmp_, measure(model, tok, spec, config, scale))
+        res = measure(model, tok, spec, config, scale)
+        summary[side] = res["summary"]
+        lines += _run_lines(side, cmp_, res)
+    lines[0]["ratios"] = ratios(summary["a"], summary["b"])  # as the live comparison answers
     path = folder / "recording.jsonl"
     path.write_text(
         "".join(json.dumps(_round(line), separators=(",", ":")) + "\n" for line in lines)

@@ -187,9 +187,16 @@ def compare(
         res = measure(model, tok, spec, config, scale)
         res.pop("tokens")
         out[key] = res
-    sa, sb = out["a"]["summary"], out["b"]["summary"]
-    ratios = {f"{k}_b_over_a": _ratio(sb[k], sa[k]) for k in RATIO_KEYS}
-    ratios.update(
+    out["ratios"] = ratios(out["a"]["summary"], out["b"]["summary"])
+    return out
+
+
+def ratios(sa: dict[str, Any], sb: dict[str, Any]) -> dict[str, float]:
+    """B over A for every ``RATIO_KEYS`` figure of two runs' summaries, and each side's waste and
+    busy figures: what a comparison answers (and what a recording keeps, engine/lab/recordings.py).
+    """
+    out = {f"{k}_b_over_a": _ratio(sb[k], sa[k]) for k in RATIO_KEYS}
+    out.update(
         kv_waste_a=sa["kv_waste"],
         kv_waste_b=sb["kv_waste"],
         dead_slot_fraction_a=sa["dead_slot_fraction"],
@@ -197,7 +204,6 @@ def compare(
         busy_fraction_a=sa["busy_fraction"],
         busy_fraction_b=sb["busy_fraction"],
     )
-    out["ratios"] = ratios
     return out
 
 

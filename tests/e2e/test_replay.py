@@ -109,6 +109,8 @@ def _compare_plays_both_runs(page) -> None:
 
     page.get_by_role("link", name="Comparar").click()
     expect(page.get_by_role("heading", name=re.compile("^A: política static"))).to_be_visible()
+    # the engine's own ratios, kept in the recording's first line (the page computes none)
+    expect(page.get_by_text("Por contagem", exact=False)).to_be_visible()
     a, b = view(page, 0), view(page, 1)
     for f in (a, b):
         f.wait_for_function(
