@@ -13,9 +13,13 @@
   let builtWidth = 0;
 
   /* Pixel widths for the spec's "container" widths: single and layered views fit the div
-   * (autosize fit-x); concatenated ones (which cannot fit) get the div's width less their axes. */
+   * (autosize fit-x); concatenated ones (which cannot fit) get the div's width less their axes.
+   * Every view re-lays itself out when its data changes (resize): laid out once, on the empty
+   * named datasets, the slot chart's canvas stopped ~60 px short and cut off its overview strip,
+   * which then showed under the next chart's title. */
   function sized(spec, w) {
     spec = JSON.parse(JSON.stringify(spec));
+    spec.autosize = {type: "pad", resize: true};
     if (spec.hconcat) {
       const fixed = spec.hconcat.slice(1).reduce((a, c) => a + (typeof c.width === "number" ? c.width : 0), 0);
       spec.hconcat[0].width = Math.max(240, w - fixed - (spec.spacing || 0) * spec.hconcat.length - 110);
@@ -27,7 +31,7 @@
       walk(spec);
     } else {
       spec.width = w;
-      spec.autosize = {type: "fit-x", contains: "padding"};
+      spec.autosize = {type: "fit-x", contains: "padding", resize: true};
     }
     return spec;
   }
