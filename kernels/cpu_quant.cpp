@@ -21,6 +21,27 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+// e^x for 8 floats (Cephes' expf: range reduction by ln 2 in two parts, a degree-5 polynomial;
+// within 2 ulp of expf). x <= -87.3 gives 0 (-inf too), so a masked score drops out; x is clamped
+// at 88 (e^88 = 1.65e38) instead of reaching inf.
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-88.3762626647949f));
+    const __m256 fx = _mm256_floor_ps(
+        _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(x, x), x), _mm256_set1_ps(1.0f));
+    const __m256i n = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
+}
+
 // Q4_1 block -> 4 x 8 fp32 weights (w = q * d + m); low nibbles are weights 0..15, high 16..31.
 static inline void deq_q4_1(const uint8_t* blk, __m256 w[4]) {
     const __m256 d = _mm256_set1_ps(h2f(blk));

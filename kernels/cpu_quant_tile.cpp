@@ -213,8 +213,11 @@ static void qmm_tiles(const uint8_t* w, const uint8_t* tiles, int64_t N, int64_t
             const float* vr = v.data() + r * 8;
             if (mode == 0) for (int i = 0; i < 8; i++) o[i] = vr[i];
             else if (mode == 1) for (int i = 0; i < 8; i++) o[i] += vr[i];
-            else
-                for (int i = 0; i < 8; i++) o[i] = vr[i] / (1.0f + expf(-vr[i])) * g[r * 8 + i];
+            else {  // silu(gate) * up, 8 at once (SmolLM2 at 8 rows: 368k scalar expf a step)
+                const __m256 a = _mm256_loadu_ps(vr), e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), a));
+                const __m256 sl = _mm256_div_ps(a, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+                _mm256_storeu_ps(o, _mm256_mul_ps(sl, _mm256_loadu_ps(g.data() + r * 8)));
+            }
         }
     }
     if (n < n1) qmm_rows<Q4>(w, N, K, x, M, y, ldy, mode, n, n1);
