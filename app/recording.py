@@ -6,9 +6,10 @@ A recording is JSON lines, one object a line, each with a ``type``:
   page's "JSON lines" export and the server's ``export`` write. A plain export is one run.
 - ``recording`` (optional, first line): what was recorded (``format`` ``fluxo-recording``,
   ``version``, the lesson, the model, and the engine's B-over-A ``ratios`` of the two runs, as
-  a live comparison answers them: the page shows those and computes none); ``run`` (optional): one configuration of a comparison
-  (``run`` name, ``label``, ``config``, ``summary`` of the whole run). Then every step and request
-  line names its ``run``. ``python -m engine.lab.recordings`` writes these for the lessons.
+  a live comparison answers them: the page shows those and computes none); ``run`` (optional):
+  one configuration of a comparison (``run`` name, ``label``, ``config``, ``summary`` of the whole
+  run). Then every step and request line names its ``run``. ``python -m engine.lab.recordings``
+  writes these for the lessons.
 
 :func:`parse` validates as it reads and raises :class:`BadRecording` (code ``bad_recording``)
 with the line and the reason: not JSON, cut off at the end (a truncated download), an unknown

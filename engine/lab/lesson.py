@@ -2,6 +2,8 @@
 
 For a teacher preparing a class without the page: the same runs the lesson's check makes, on
 SmolLM2, with each claim's threshold and the number this machine measured. ``--list`` lists them.
+``--live``: instead, the numbers the lesson's Live-page steps show, on an engine server started as
+``make lab`` starts it (engine/lab/live.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from engine.core import device
 from engine.core.cuda_exec import check_device
 from engine.core.errors import DeviceUnavailable
 from engine.core.model import load_model
+from engine.lab import live
 from engine.lab.replay import warm_up
 from engine.lab.scenario import Result, lesson_dir, lesson_dirs, load, run_lesson
 
@@ -139,13 +142,18 @@ def write_notes(path: Path, scenario: dict) -> None:
         if not notes.exists():
             continue
         text = notes.read_text()
-        if MARK_START in text and MARK_END in text:
-            head, rest = text.split(MARK_START, 1)
-            tail = rest.split(MARK_END, 1)[1]
-            notes.write_text(
-                f"{head}{MARK_START}\n{measured_markdown(scenario, measured, lang)}\n"
-                f"{MARK_END}{tail}"
-            )
+        number = int(scenario["lesson"]["number"])
+        for (start, end), block in (
+            ((MARK_START, MARK_END), measured_markdown(scenario, measured, lang)),
+            (
+                (live.MARK_START, live.MARK_END),
+                live.live_markdown(measured.get("live"), number, lang),
+            ),
+        ):
+            if start in text and end in text:
+                head, rest = text.split(start, 1)
+                text = f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
+        notes.write_text(text)
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -159,6 +167,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="keep this run in the lesson's measured.json (short and full apart) and refresh the "
         "measured tables of its teacher notes",
+    )
+    ap.add_argument(
+        "--live",
+        action="store_true",
+        help="measure the lesson's Live-page steps ([[live]]) on an engine server started as "
+        "`make lab` starts it, one headline window each (--save keeps them for the teacher notes)",
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=30.0, help="--live: seconds per setting (the window)"
     )
     ap.add_argument(
         "--threads",
@@ -226,12 +243,29 @@ def _record(path: Path, scenario: dict, args: argparse.Namespace, result: dict) 
         write_notes(path, scenario)
 
 
+def _live(path: Path, scenario: dict, args: argparse.Namespace) -> int:
+    """``--live``: the lesson's [[live]] settings on a server as ``make lab`` starts it."""
+    result = live.measure(scenario, args.seconds, args.device)
+    print(live.live_markdown(result, args.number, "en"))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    if args.save:
+        file = path / "measured.json"
+        measured = json.loads(file.read_text()) if file.exists() else {}
+        measured["live"] = result
+        file.write_text(json.dumps(measured, indent=1))
+        write_notes(path, scenario)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     if args.list or args.number is None:
         return _list()
     path = lesson_dir(args.number)
     scenario = load(path / "scenario.toml")
+    if args.live:
+        return _live(path, scenario, args)
     model, tok = _model(args)
     t = time.perf_counter()
     result = run_lesson(model, tok, scenario, short=args.short)

@@ -1,0 +1,235 @@
+"""``python -m engine.lesson N --live``: the numbers a lesson's Live-page steps will show.
+
+A lesson's teacher notes expect numbers on the Live page. They are measured here the way a
+teacher gets them: the engine server is started as ``make lab`` starts it (the bundled model in
+its default weight format, on the engine's own cores with as many torch threads), this process
+connects as the presenter's page does (on the page's cores), sends what the Lessons page's "Set up
+this scenario" sends (``reset``, ``control`` with the lesson's [engine], ``traffic`` with its
+[traffic]), and then visits each ``[[live]]`` setting of the scenario in order, as the lesson's
+steps do: it sends the setting's live fields (``control``) and traffic fields (``traffic``), waits
+one headline window (30 s), and keeps the server's own ``metrics`` summary of that window, the
+figures the page's headline shows.
+
+A ``[[live]]`` entry: ``name`` (the setting as the lesson's steps name it), optional live engine
+fields (``policy``, ``max_slots``, ...) and optional ``traffic = {rate = ...}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import time
+from typing import Any
+
+from engine.core import cpu
+from engine.lab import launcher as lab
+from engine.lab.scenario import CONFIG_FIELDS
+
+HEADLINE = (  # the page's headline metrics, in its order (app/component/fluxo-live.js)
+    "throughput",
+    "ttft_p50",
+    "itl_p50",
+    "itl_p99",
+    "slot_utilization",
+    "dead_slot_fraction",
+    "kv_waste",
+    "busy_fraction",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_engine(model: str = "smollm2", device: str = "cpu") -> tuple[subprocess.Popen, int]:
+    """The engine server alone, as ``make lab`` starts it; returns it and its port."""
+    port = _free_port()
+    args = lab.parse_args(
+        ["--model", model, "--engine-port", str(port), "--page-port", "0", "--device", device]
+    )
+    split = cpu.lab_split()
+    engine_cmd, _ = lab.commands(args, split, None)
+    proc = subprocess.Popen(
+        engine_cmd,
+        cwd=lab.ROOT,
+        preexec_fn=lab._pin_child(split.engine_cpus if split.pinned else ()),
+    )
+    if split.pinned and split.page_cpus:
+        cpu.pin_process(split.page_cpus)  # this client runs where the page would
+    deadline = time.monotonic() + 300  # a first start converts the bundled GGUF
+    while not lab._engine_up(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            lab.stop(proc)
+            raise SystemExit("the engine server did not come up")
+        time.sleep(0.5)
+    return proc, port
+
+
+def settings(scenario: dict) -> list[dict[str, Any]]:
+    """The scenario's ``[[live]]`` entries; a lesson without them is read once, as set up."""
+    return list(scenario.get("live") or [{"name": "as set up"}])
+
+
+async def _send(ws, kind: str, **fields: Any) -> None:
+    await ws.send(json.dumps({"type": kind, **fields}))
+
+
+async def _window(ws, seconds: float) -> dict[str, Any] | None:
+    """Every message for ``seconds``; the last ``metrics`` summary. A coded error stops the run."""
+    last, end = None, time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        try:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), left))
+        except TimeoutError:
+            break
+        if msg["type"] == "error":
+            raise RuntimeError(f"error [{msg['code']}]: {msg['message']}")
+        if msg["type"] == "metrics":
+            last = msg["summary"]
+    return last
+
+
+async def visit(url: str, scenario: dict, seconds: float = 30.0) -> list[dict[str, Any]]:
+    """Set the lesson up as the Lessons page does, then each ``[[live]]`` setting for one
+    headline window of ``seconds``; per setting, the server's summary of that window."""
+    from websockets.asyncio.client import connect
+
+    out = []
+    async with connect(url, max_size=None) as ws:
+        hello = json.loads(await ws.recv())["state"]
+        engine = {k: hello.get(k) for k in ("device", "device_name", "weights")}
+        await _send(ws, "subscribe", history=0)
+        await _send(ws, "reset")
+        await _send(ws, "control", **{"host_work_ms": 0.0, **scenario.get("engine", {})})
+        traffic = {"action": "start", **scenario.get("traffic", {})}
+        await _send(ws, "traffic", **traffic)
+        for s in settings(scenario):
+            control = {k: v for k, v in s.items() if k in CONFIG_FIELDS}
+            if control:
+                await _send(ws, "control", **control)
+            if s.get("traffic"):
+                traffic = {**traffic, **s["traffic"]}
+                await _send(ws, "traffic", **traffic)
+            summary = await _window(ws, seconds) or {}
+            row = {"name": s["name"], "name_pt-BR": s.get("name_pt", s["name"])}
+            row["settings"] = {**control, **({"traffic": s["traffic"]} if s.get("traffic") else {})}
+            row["summary"] = {k: summary.get(k) for k in HEADLINE}
+            out.append(row | {"engine": engine})
+        await _send(ws, "traffic", action="stop")
+    return out
+
+
+def measure(scenario: dict, seconds: float = 30.0, device: str = "cpu") -> dict[str, Any]:
+    """The lesson's ``[[live]]`` settings on a server started as ``make lab`` starts it."""
+    split = cpu.lab_split()
+    proc, port = start_engine(device=device)
+    try:
+        rows = asyncio.run(visit(f"ws://127.0.0.1:{port}", scenario, seconds))
+    finally:
+        lab.stop(proc)
+    return {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": f"{os.getloadavg()[0]:.1f}",
+        "seconds": seconds,
+        "engine_cpus": list(split.engine_cpus) if split.pinned else None,
+        "engine_threads": split.engine_threads,
+        "rows": rows,
+    }
+
+
+# -- the teacher's table ---------------------------------------------------------------------------
+MARK_START, MARK_END = "<!-- live -->", "<!-- /live -->"
+COLUMNS = (  # key, scale, decimals, unit
+    ("throughput", 1, 1, ""),
+    ("ttft_p50", 1000, 0, " ms"),
+    ("itl_p50", 1000, 0, " ms"),
+    ("itl_p99", 1000, 0, " ms"),
+    ("slot_utilization", 100, 0, " %"),
+    ("dead_slot_fraction", 100, 0, " %"),
+    ("kv_waste", 100, 0, " %"),
+    ("busy_fraction", 100, 0, " %"),
+)
+WORDS = {
+    "en": {
+        "head": (
+            "setting",
+            "useful tokens/s",
+            "TTFT p50",
+            "ITL p50",
+            "ITL p99",
+            "slot utilization",
+            "dead-slot fraction",
+            "KV waste",
+            "device busy",
+        ),
+        "how": "Each row: the page's headline over the {s:.0f} s after switching to that setting, "
+        "in the order of the lesson's steps (so a backlog left by one setting shows in the next). "
+        "Measured by `python -m engine.lesson {n} --live` on {when}, load average {load}: the "
+        "engine started as `make lab` starts it ({weights} weights, {threads} torch thread(s){on})."
+        " A loaded machine shows longer times; the counts (slots, waste) move less.",
+        "on": " on core(s) {c}",
+        "none": "not measured yet: `python -m engine.lesson {n} --live --save`",
+    },
+    "pt-BR": {
+        "head": (
+            "ajuste",
+            "tokens úteis/s",
+            "TTFT p50",
+            "ITL p50",
+            "ITL p99",
+            "uso dos slots",
+            "slots mortos",
+            "desperdício de KV",
+            "dispositivo ocupado",
+        ),
+        "how": "Cada linha: o topo da página nos {s:.0f} s depois de mudar para aquele ajuste, na "
+        "ordem dos passos da aula (uma fila deixada por um ajuste aparece no seguinte). Medido por "
+        "`python -m engine.lesson {n} --live` em {when}, carga média {load}: o motor iniciado como "
+        "`make lab` o inicia (pesos {weights}, {threads} thread(s) do torch{on}). Uma máquina com "
+        "carga mostra tempos maiores; as contagens (slots, desperdício) mudam menos.",
+        "on": " no(s) núcleo(s) {c}",
+        "none": "ainda não medido: `python -m engine.lesson {n} --live --save`",
+    },
+}
+
+
+def _cell(v: float | None, scale: float, decimals: int, unit: str, lang: str) -> str:
+    if v is None:
+        return "-"
+    text = f"{v * scale:,.{decimals}f}"
+    if lang == "pt-BR":  # 1,234.5 -> 1.234,5
+        text = text.replace(",", "\0").replace(".", ",").replace("\0", ".")
+    return text + unit
+
+
+def live_markdown(live: dict | None, number: int, lang: str) -> str:
+    """The teacher's table of what the Live page showed at each of the lesson's settings."""
+    w = WORDS[lang]
+    if not live:
+        return w["none"].format(n=number)
+    lines = ["| " + " | ".join(w["head"]) + " |", "|" + "---|" * len(w["head"])]
+    for row in live["rows"]:
+        name = row.get(f"name_{lang}") or row["name"]
+        cells = (_cell(row["summary"].get(k), *spec, lang) for k, *spec in COLUMNS)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    engine = live["rows"][0]["engine"] if live["rows"] else {}
+    cpus = live.get("engine_cpus")
+    load_avg = live["load"].replace(".", ",") if lang == "pt-BR" else live["load"]
+    lines += [
+        "",
+        w["how"].format(
+            s=live["seconds"],
+            n=number,
+            when=live["when"],
+            load=load_avg,
+            weights=engine.get("weights", "?"),
+            threads=live["engine_threads"],
+            on=w["on"].format(c=",".join(map(str, cpus))) if cpus else "",
+        ),
+    ]
+    return "\n".join(lines)

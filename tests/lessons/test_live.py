@@ -1,0 +1,56 @@
+"""``python -m engine.lesson N --live`` (engine/lab/live.py) against a real server on the tiny
+model: it sets the lesson up as the Lessons page does, visits each [[live]] setting in order and
+keeps the server's own headline summary; the teacher's table is rendered from that."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine.lab import live
+from engine.lab.scenario import lesson_dir, load
+from tests.servers import start_engine, stop
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    proc, ws_url = start_engine(tmp_path_factory.mktemp("live"), "--no-calibrate")
+    yield ws_url
+    stop(proc)
+
+
+def test_every_setting_is_visited_in_order(url) -> None:
+    scenario = load(lesson_dir(1) / "scenario.toml")  # 1, 2, 4, 8 slots under chat traffic
+    rows = asyncio.run(live.visit(url, scenario, seconds=4.0))
+    assert [r["name"] for r in rows] == ["1 slot", "2 slots", "4 slots", "8 slots"]
+    assert [r["settings"].get("max_slots") for r in rows] == [None, 2, 4, 8]
+    for r in rows:
+        s = r["summary"]
+        assert set(s) == set(live.HEADLINE)
+        assert s["throughput"] >= 0 and 0 <= s["slot_utilization"] <= 1
+    # the traffic outpaces the tiny model's steps (4 requests/s of 32 tokens): answers stream at
+    # every setting after the first window (right after a reset, a loaded machine may show none)
+    assert all(r["summary"]["throughput"] > 0 for r in rows[1:])
+    assert rows[0]["engine"]["weights"] == "fp32"  # the tiny model has no quantized file
+
+
+def test_the_teachers_table(url) -> None:
+    scenario = load(lesson_dir(7) / "scenario.toml")  # a traffic setting: the rate changes
+    scenario["live"] = scenario["live"][:2]
+    rows = asyncio.run(live.visit(url, scenario, seconds=2.5))
+    assert rows[1]["settings"] == {"traffic": {"rate": 5.0}}
+    doc = {"when": "now", "load": "1.5", "seconds": 2.5, "engine_cpus": [1], "engine_threads": 1}
+    en = live.live_markdown(doc | {"rows": rows}, 7, "en")
+    pt = live.live_markdown(doc | {"rows": rows}, 7, "pt-BR")
+    # the header, the rule, then one row per setting
+    assert en.count("\n| ") == 2 and "| 5 requests/s |" in en and "core(s) 1" in en
+    assert "| 5 requisições/s |" in pt and "carga média 1,5" in pt
+    assert "not measured yet" in live.live_markdown(None, 7, "en")
+
+
+def test_a_bad_setting_is_a_coded_error(url) -> None:
+    scenario = load(lesson_dir(1) / "scenario.toml")
+    scenario["live"] = [{"name": "no slots", "max_slots": 0}]
+    with pytest.raises(RuntimeError, match=r"error \[invalid_config\]"):
+        asyncio.run(live.visit(url, scenario, seconds=2.0))
