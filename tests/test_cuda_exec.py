@@ -245,7 +245,14 @@ def test_server_hello_and_state_name_the_device(make_tiny_engine):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-@pytest.mark.parametrize("module,args", [("engine.lesson", ["1"]), ("engine.bench", ["batching"])])
+@pytest.mark.parametrize(
+    "module,args",
+    [
+        ("engine.lesson", ["1"]),
+        ("engine.lesson", ["all", "--live"]),
+        ("engine.bench", ["batching"]),
+    ],
+)
 def test_lesson_and_bench_refuse_cuda_without_a_gpu(module, args):
     import importlib
 

@@ -158,7 +158,7 @@ def write_notes(path: Path, scenario: dict) -> None:
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.lesson", description=__doc__)
-    ap.add_argument("number", nargs="?", type=int, help="lesson number (1, 2, ...)")
+    ap.add_argument("number", nargs="?", help="lesson number (1, 2, ...); with --live also: all")
     ap.add_argument("--list", action="store_true", help="list the lessons and exit")
     ap.add_argument("--short", action="store_true", help="the shortened variant the tests run")
     ap.add_argument("--json", type=Path, help="also write the summaries and claims here")
@@ -243,18 +243,27 @@ def _record(path: Path, scenario: dict, args: argparse.Namespace, result: dict) 
         write_notes(path, scenario)
 
 
-def _live(path: Path, scenario: dict, args: argparse.Namespace) -> int:
-    """``--live``: the lesson's [[live]] settings on a server as ``make lab`` starts it."""
-    result = live.measure(scenario, args.seconds, args.device)
-    print(live.live_markdown(result, args.number, "en"))
+def _live(args: argparse.Namespace) -> int:
+    """``--live``: the [[live]] settings of lesson N (or of every lesson) on one server started as
+    ``make lab`` starts it."""
+    try:
+        check_device(args.device)  # before a server is started on it
+    except DeviceUnavailable as exc:
+        raise SystemExit(f"error [{exc.code}]: {exc.message}") from None
+    paths = lesson_dirs() if args.number == "all" else [lesson_dir(int(args.number))]
+    scenarios = [load(p / "scenario.toml") for p in paths]
+    results = live.measure(scenarios, args.seconds, args.device)
+    for path, scenario, result in zip(paths, scenarios, results, strict=True):
+        number = int(scenario["lesson"]["number"])
+        print(f"== lesson {number} (live) ==\n{live.live_markdown(result, number, 'en')}\n")
+        if args.save:
+            file = path / "measured.json"
+            measured = json.loads(file.read_text()) if file.exists() else {}
+            measured["live"] = result
+            file.write_text(json.dumps(measured, indent=1))
+            write_notes(path, scenario)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-    if args.save:
-        file = path / "measured.json"
-        measured = json.loads(file.read_text()) if file.exists() else {}
-        measured["live"] = result
-        file.write_text(json.dumps(measured, indent=1))
-        write_notes(path, scenario)
+        args.json.write_text(json.dumps(results, indent=1))
     return 0
 
 
@@ -262,10 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     if args.list or args.number is None:
         return _list()
-    path = lesson_dir(args.number)
-    scenario = load(path / "scenario.toml")
     if args.live:
-        return _live(path, scenario, args)
+        return _live(args)
+    if args.number == "all":
+        raise SystemExit("'all' is for --live; a lesson's claims run one lesson at a time")
+    path = lesson_dir(int(args.number))
+    scenario = load(path / "scenario.toml")
     model, tok = _model(args)
     t = time.perf_counter()
     result = run_lesson(model, tok, scenario, short=args.short)

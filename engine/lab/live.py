@@ -124,22 +124,30 @@ async def visit(url: str, scenario: dict, seconds: float = 30.0) -> list[dict[st
     return out
 
 
-def measure(scenario: dict, seconds: float = 30.0, device: str = "cpu") -> dict[str, Any]:
-    """The lesson's ``[[live]]`` settings on a server started as ``make lab`` starts it."""
+def measure(
+    scenarios: list[dict], seconds: float = 30.0, device: str = "cpu"
+) -> list[dict[str, Any]]:
+    """Each scenario's ``[[live]]`` settings, in turn, on one server started as ``make lab``
+    starts it (each lesson begins with a ``reset``, as the Lessons page's set-up does)."""
     split = cpu.lab_split()
     proc, port = start_engine(device=device)
+    out = []
     try:
-        rows = asyncio.run(visit(f"ws://127.0.0.1:{port}", scenario, seconds))
+        for scenario in scenarios:
+            rows = asyncio.run(visit(f"ws://127.0.0.1:{port}", scenario, seconds))
+            out.append(
+                {
+                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "load": f"{os.getloadavg()[0]:.1f}",
+                    "seconds": seconds,
+                    "engine_cpus": list(split.engine_cpus) if split.pinned else None,
+                    "engine_threads": split.engine_threads,
+                    "rows": rows,
+                }
+            )
     finally:
         lab.stop(proc)
-    return {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "load": f"{os.getloadavg()[0]:.1f}",
-        "seconds": seconds,
-        "engine_cpus": list(split.engine_cpus) if split.pinned else None,
-        "engine_threads": split.engine_threads,
-        "rows": rows,
-    }
+    return out
 
 
 # -- the teacher's table ---------------------------------------------------------------------------
