@@ -21,6 +21,12 @@
 // packed per call -> at load: qkv 960x576 0.130 0.080 0.102 -> 0.106 0.069 0.071, gate+up
 // 3072x576 0.433 0.311 0.432 -> 0.371 0.246 0.239, down 576x1536 0.188 0.153 0.126 -> 0.157 0.157
 // 0.158; the Q8_0 head 49152x576, one-row kernel -> tiles: 10.38 10.75 7.59 -> 6.30 5.06 5.30.
+// Whole SmolLM2 q4 step, 8 rows, ctx 128 (engine.lab.roofline, median of 9; with the exp8 of
+// cpu_quant_decode.cpp), before -> after, A B A B: 1 thread (15:31-15:45 UTC, load 2.1-2.6) 44.9
+// 44.0 40.1 43.6 -> 26.0 30.6 25.3 34.7 ms; 2 threads, the one pair at load ~1.8 (15:31) 27.1
+// (25.8-32.0) -> 19.3 (18.9-19.6) and 18.7 (17.6-19.2): 0.27 -> 0.39 of the read roof (19.1-19.7
+// GB/s); at load 2-5 every 2-thread median, either version, was 58-750 ms (threads descheduled
+// at the step's barriers).
 // (Before: one-row kernels -> tiles packed per call, load ~10: qkv 0.237 -> 0.154, o 576x576
 // 0.108 -> 0.065, gate+up 0.906 -> 0.792, down 0.217 -> 0.137; Q8_0 tiles packed per call were
 // 1.5x slower than the one-row kernel on the head.)
