@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -46,6 +47,11 @@ TRAFFIC = {
 }
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+
+
+def _say(what: str) -> None:
+    """A progress line on stderr: a page phase can take minutes on a loaded 2-core machine."""
+    print(f"[page {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
 def _free_port() -> int:
@@ -171,20 +177,26 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
     }
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        _say("browser started")
         for _ in range(reps):
             for phase in ("closed", "open"):
                 _page_phase(browser, tap, page_url, page_pid, phase, seconds, phases, cores)
             for phase in ("none", "viewers"):
                 t0 = time.time()
+                _say(f"phase {phase}")
                 if phase == "viewers":
                     # on the tap's loop: Playwright owns this thread's
                     tap.run(_viewers(ws_url, 40, seconds))
                 else:
                     time.sleep(seconds)
                 phases[phase] += tap.window(t0, time.time())
+        # The class phase counts answers, not step times: the generated traffic stops first, or
+        # ten Live pages redrawing every step on the page's one core took 30-45 s each to open
+        # (load ~20, 2026-11-30) and the phase ran past 7 minutes.
+        tap.send({"type": "traffic", "action": "stop"})
+        _say("10 browser sessions chat at once")
         answered, refused = class_chat(browser, page_url, 10)
         browser.close()
-    tap.send({"type": "traffic", "action": "stop"})
     runs = {name: _stats(xs) for name, xs in phases.items()}
     for k, xs in cores.items():
         runs.setdefault("cores", {})[k] = median(xs) if xs else None
@@ -207,10 +219,12 @@ def _page_phase(
     """``seconds`` of steps with the Live page ``"open"`` in a browser tab, or ``"closed"``;
     appends the window's step times to ``phases`` and the cores used to ``cores``."""
     ctx = page = None
+    _say(f"phase {phase}")
     if phase == "open":
         ctx = browser.new_context(viewport={"width": 1600, "height": 1400})
         page = ctx.new_page()
         page.goto(page_url, timeout=180_000)
+        _say("Live page loaded; waiting for its charts")
         _fill_frame(page, "#fluxo-charts canvas, #fluxo-charts svg", 300)
         time.sleep(5)  # the view is drawn and streaming
     s0, c0, t0 = _cpu_seconds([page_pid]), _cpu_seconds(_chromium_pids()), time.time()
@@ -238,12 +252,17 @@ def _ratios(runs: dict) -> dict:
 
 def class_chat(browser, page_url: str, n: int) -> tuple[int, int]:
     """``n`` browser sessions (contexts) open the Live page and send a chat at the same moment."""
-    sessions = []
-    for _ in range(n):
+    opened = []
+    for _ in range(n):  # all navigations at once: opened one by one (each waiting for its chat
+        # box) the tenth waited behind nine streaming pages on the page's one core, >5 minutes
         ctx = browser.new_context(viewport={"width": 1280, "height": 1000})
         page = ctx.new_page()
-        page.goto(page_url, timeout=180_000)
+        page.goto(page_url, timeout=180_000, wait_until="commit")
+        opened.append((ctx, page))
+    sessions = []
+    for i, (ctx, page) in enumerate(opened):
         sessions.append((ctx, _fill_frame(page, "#fluxo-chat-input", 300)))
+        _say(f"session {i + 1} of {n} ready")
     for i, (_, frame) in enumerate(sessions):
         frame.fill("#fluxo-chat-input", f"Student {i + 1}: name one ocean.")
     for _, frame in sessions:  # as close to the same moment as one driver gets
