@@ -88,14 +88,14 @@ def _lesson4(r) -> None:
 
 def _ceiling(r) -> None:
     """Overlap hides at most the sync loop's idle share: async / sync <= 1 / busy(sync), measured on
-    one engine switching runner every 6 steps: both runners see the same machine (10 % margin)."""
+    one engine switching runner every 6 steps, at equal forward (async's rate rescaled by its
+    median forward over sync's: on this VM the forward alone differs 2-20 % between the two
+    runners' blocks, either way, and a CI run's raw ratio went 12 % over the ceiling); 5 % margin.
+    """
     assert r["async"]["tokens"] == r["sync"]["tokens"]
     i = r["interleaved"]
     assert i["sync_steps"] >= 8 and i["async_steps"] >= 8, i  # enough steady steps of each runner
-    assert i["async_rate"] / i["sync_rate"] <= 1.1 / i["sync_busy"], (
-        i["b_over_a"],
-        1 / i["sync_busy"],
-    )
+    assert i["b_over_a_eq"] <= 1.05 / i["sync_busy"], (i["b_over_a_eq"], 1 / i["sync_busy"])
 
 
 def _lesson5(r) -> None:
@@ -132,7 +132,9 @@ def _lesson8(r) -> None:
 def _lesson9(r) -> None:
     _ceiling(r)
     i = r["interleaved"]
-    assert i["sync_busy"] < i["async_busy"] and i["async_rate"] > i["sync_rate"], i
+    # async hides the 15 ms: busier, and faster at equal forward (1.04-1.14 in 8 quiet runs; the
+    # raw rates crossed over in a CI run, 41.6 vs 42.0 tokens/s, when async's forwards ran slower)
+    assert i["sync_busy"] < i["async_busy"] and i["b_over_a_eq"] > 1, i
 
 
 def _lesson10(r) -> None:
