@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -52,12 +51,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
 def _say(what: str) -> None:
     """A progress line on stderr: a page phase can take minutes on a loaded 2-core machine."""
     print(f"[page {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class StepTap:
@@ -286,7 +279,7 @@ def class_chat(browser, page_url: str, n: int) -> tuple[int, int]:
 
 def main(args: argparse.Namespace) -> Result:
     split = cpu.lab_split()
-    eport, pport = _free_port(), _free_port()
+    eport, pport = lab.free_port(), lab.free_port()
     largs = lab.parse_args(
         [
             "--model",

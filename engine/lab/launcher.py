@@ -124,6 +124,15 @@ def _up(url: str) -> bool:
         return False
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on (for the lab's benchmarks and ``--live``)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _engine_up(port: int) -> bool:
     import socket
 

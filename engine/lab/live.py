@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import time
 from typing import Any
@@ -40,15 +39,9 @@ HEADLINE = (  # the page's headline metrics, in its order (app/component/fluxo-l
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_engine(model: str = "smollm2", device: str = "cpu") -> tuple[subprocess.Popen, int]:
     """The engine server alone, as ``make lab`` starts it; returns it and its port."""
-    port = _free_port()
+    port = lab.free_port()
     args = lab.parse_args(
         ["--model", model, "--engine-port", str(port), "--page-port", "0", "--device", device]
     )
