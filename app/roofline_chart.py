@@ -3,17 +3,49 @@ Vega-Lite spec (a plain dict), for the lessons ("the weights are read once per s
 the batch").
 
 Two panels share the row axis (log2): decode step time per weight format against the roofline's
-lower bound for that format (bytes / measured bandwidth, or flops / measured GEMM throughput,
-whichever is larger), and the achieved fraction of the measured read bandwidth. Every mark is a
+lower bound for that format (bytes / measured bandwidth, or its arithmetic at its measured roof:
+the fp32 GEMM's for fp32, the int8 one for q4/q8's products; whichever is larger), and the
+achieved fraction of the measured read bandwidth. Lesson 1 shows it from its stored run
+(``lesson_figure``). Every mark is a
 measured point or the model evaluated at a measured roof; nothing is interpolated.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 COLORS = {"fp32": "#7f7f7f", "q8": "#1f77b4", "q4": "#d62728"}
+# Vega's number format for pt-BR axes and tooltips: 1.000 and 0,5.
+PT_BR = {"number": {"decimal": ",", "thousands": ".", "grouping": [3], "currency": ["R$", ""]}}
+WORDS = {
+    "en": {
+        "weights": "weights",
+        "rows": "rows in the decode step",
+        "time": "decode step time (ms)",
+        "share": "share of the measured read bandwidth ({bw} GB/s)",
+        "fraction": "share",
+        "caption": "Measured by `python -m engine.bench roofline` on {date} ({cpu}, {threads} "
+        "threads): read bandwidth {bw:.1f} GB/s, fp32 GEMM {gf:.0f} GFLOP/s, int8 roof {i8:.0f} G "
+        "ops/s. Dashed: the roofline's bound for each format (the slower of reading its bytes "
+        "and doing its arithmetic at its roof). q4, 1 / 8 rows: {q1:.1f} / {q8:.1f} ms a step.",
+    },
+    "pt-BR": {
+        "weights": "pesos",
+        "rows": "linhas no passo de decode",
+        "time": "tempo do passo de decode (ms)",
+        "share": "fração da banda de leitura medida ({bw} GB/s)",
+        "fraction": "fração",
+        "caption": "Medido com `python -m engine.bench roofline` em {date} ({cpu}, {threads} "
+        "threads): banda de leitura {bw:.1f} GB/s, GEMM fp32 {gf:.0f} GFLOP/s, teto int8 {i8:.0f} "
+        "G ops/s. Tracejado: o limite do roofline de cada formato (o mais lento entre ler os seus "
+        "bytes e fazer a sua aritmética no seu teto). q4, 1 / 8 linhas: {q1:.1f} / {q8:.1f} ms "
+        "por passo.",
+    },
+}
 
 
 def roofline_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -43,7 +75,7 @@ def roofline_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _encodings(result: dict[str, Any]) -> tuple[dict, dict, list[dict]]:
+def _encodings(result: dict[str, Any], w: dict[str, str]) -> tuple[dict, dict, list[dict]]:
     """The colour (one per weight format, the known ones first), the x (rows, log2) and the
     tooltip the two panels share."""
     fmts = [f for f in COLORS if f in result["formats"]] + [
@@ -52,13 +84,13 @@ def _encodings(result: dict[str, Any]) -> tuple[dict, dict, list[dict]]:
     color = {
         "field": "weights",
         "type": "nominal",
-        "title": "weights",
+        "title": w["weights"],
         "scale": {"domain": fmts, "range": [COLORS.get(f, "#2ca02c") for f in fmts]},
     }
     x = {
         "field": "rows",
         "type": "quantitative",
-        "title": "rows in the decode step",
+        "title": w["rows"],
         "scale": {"type": "log", "base": 2},
     }
     tip = [
@@ -79,7 +111,7 @@ def _measured(layer: dict) -> dict:
     return {"transform": [{"filter": "datum.series == 'measured'"}], **layer}
 
 
-def _time_panel(color: dict, x: dict, tip: list[dict], width: int, height: int) -> dict:
+def _time_panel(color: dict, x: dict, tip: list[dict], width: int, height: int, title: str) -> dict:
     """Step time vs rows: the bound (dashed), the measured min-max whiskers and median line."""
     ms = {"field": "ms", "type": "quantitative", "title": "ms", "scale": {"type": "log"}}
     bound = {
@@ -108,51 +140,84 @@ def _time_panel(color: dict, x: dict, tip: list[dict], width: int, height: int) 
     return {
         "width": width,
         "height": height,
-        "title": "decode step time (ms)",
+        "title": title,
         "layer": [bound, _measured(whiskers), _measured(line)],
     }
 
 
 def _fraction_panel(
-    color: dict, x: dict, tip: list[dict], bw: float, width: int, height: int
+    color: dict, x: dict, tip: list[dict], w: dict[str, str], bw: str, width: int, height: int
 ) -> dict:
-    """The achieved fraction of the measured read bandwidth vs rows, with a rule at 0.7."""
+    """The achieved fraction of the measured read bandwidth vs rows (0 to 1)."""
     fraction = {
         "field": "fraction",
         "type": "quantitative",
-        "title": "fraction",
+        "title": w["fraction"],
         "scale": {"domain": [0, 1]},
     }
     return _measured(
         {
             "width": width,
             "height": height,
-            "title": f"share of the measured read bandwidth ({bw:.1f} GB/s)",
-            "layer": [
-                {
-                    "mark": {"type": "line", "point": True},
-                    "encoding": {"x": x, "y": fraction, "color": color, "tooltip": tip},
-                },
-                {
-                    "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#555"},
-                    "encoding": {"y": {"datum": 0.7}},
-                },
-            ],
+            "title": w["share"].format(bw=bw),
+            "mark": {"type": "line", "point": True},
+            "encoding": {"x": x, "y": fraction, "color": color, "tooltip": tip},
         }
     )
 
 
-def roofline_spec(result: dict[str, Any], width: int = 360, height: int = 220) -> dict[str, Any]:
+def roofline_spec(
+    result: dict[str, Any], width: int = 360, height: int = 220, lang: str = "en"
+) -> dict[str, Any]:
     """Vega-Lite: step time vs rows (measured, with min-max whiskers, and the bound, dashed) and
-    fraction of the measured bandwidth vs rows, colored by weight format."""
-    color, x, tip = _encodings(result)
-    bw = result["machine"]["bandwidth"]["read_gbs"]
+    fraction of the measured bandwidth vs rows, colored by weight format; titles in ``lang``."""
+    w = WORDS.get(lang, WORDS["en"])
+    color, x, tip = _encodings(result, w)
+    bw = f"{result['machine']['bandwidth']['read_gbs']:.1f}"
+    bw = bw.replace(".", ",") if lang == "pt-BR" else bw
     return {
         "$schema": SCHEMA,
         "data": {"values": roofline_rows(result)},
         "hconcat": [
-            _time_panel(color, x, tip, width, height),
-            _fraction_panel(color, x, tip, bw, width, height),
+            _time_panel(color, x, tip, width, height, w["time"]),
+            _fraction_panel(color, x, tip, w, bw, width, height),
         ],
         "resolve": {"scale": {"color": "shared"}},
+        # Pinned light colours: the same figure in a dark-themed browser and on a projector.
+        "background": "#ffffff",
+        "config": {
+            "axis": {"labelColor": "#111111", "titleColor": "#111111"},
+            "legend": {"labelColor": "#111111", "titleColor": "#111111", "orient": "bottom"},
+            "title": {"color": "#111111"},
+            **({"locale": PT_BR} if lang == "pt-BR" else {}),
+        },
     }
+
+
+def lesson_figure(path: Path, lang: str) -> tuple[dict[str, Any], str]:
+    """A stored ``python -m engine.bench roofline --json`` run -> (the figure, its caption naming
+    the run: date, machine, the roofs measured in it, q4's step at 1 and 8 rows)."""
+    doc = json.loads(Path(path).read_text())
+    result, m = doc["scenarios"]["roofline"], doc["machine"]
+    w = WORDS.get(lang, WORDS["en"])
+    q4 = {p["rows"]: p["step_ms"] for p in result["formats"]["q4"]["points"]}
+    roofs = result["machine"]
+    caption = w["caption"].format(
+        date=m["date"],
+        cpu=m["cpu"],
+        threads=m["threads"],
+        bw=roofs["bandwidth"]["read_gbs"],
+        gf=roofs["matmul"]["gflops"],
+        i8=(roofs.get("int8") or {}).get("gops", float("nan")),
+        q1=q4[1],
+        q8=q4[8],
+    )
+    if lang == "pt-BR":  # decimal commas, as the lesson text writes its numbers
+        caption = _decimal_commas(caption)
+    return roofline_spec(result, width=210, height=210, lang=lang), caption
+
+
+def _decimal_commas(text: str) -> str:
+    """1.5 -> 1,5 outside code spans (`...` kept as they are)."""
+    parts = text.split("`")
+    return "`".join(p if i % 2 else re.sub(r"(?<=\d)\.(?=\d)", ",", p) for i, p in enumerate(parts))

@@ -159,6 +159,8 @@ def _load() -> ctypes.CDLL:
         fn.argtypes = [p, i64, i64, p]
         fn.restype = None
     lib.fluxo_decode_step.argtypes = [p, p, p, p, i64, p, p, p, p, p, i64, p, p, p, i64, p, c_int]
+    lib.fluxo_int8_macs_per_s.argtypes = [i64, c_int, p]
+    lib.fluxo_int8_macs_per_s.restype = ctypes.c_double
     for fn in (lib.fluxo_quantize_q8_1, lib.fluxo_qmm, lib.fluxo_decode_step):
         fn.restype = None
     return lib
@@ -297,6 +299,14 @@ def qmatmul(
             torch.get_num_threads(),
         )
     return y
+
+
+def int8_macs_per_s(threads: int | None = None, iters: int = 20_000_000) -> float:
+    """The int8 roof: multiply-adds per second of ``threads`` threads (torch's count by default)
+    running ``maddubs`` + add, the tiles' inner step, from registers (``cpu_quant_int8.cpp``)."""
+    lib = _lib_or_raise()
+    sink = ctypes.c_int64(0)
+    return lib.fluxo_int8_macs_per_s(iters, threads or torch.get_num_threads(), ctypes.byref(sink))
 
 
 def decode_step(

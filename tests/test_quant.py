@@ -1,7 +1,8 @@
-"""Quantized CPU weights (engine/core/quant.py, kernels/cpu_quant.py) and the roofline's model.
+"""Quantized CPU weights (engine/core/quant.py, kernels/cpu_quant.py).
 
 The kernels against a pure-torch dequantized reference; SmolLM2's Q4_1/Q8_0 blocks reproduced
-bit for bit from the GGUF; q4 greedy answers against fp32 on SmolLM2; the roofline's arithmetic.
+bit for bit from the GGUF; q4 greedy answers against fp32 on SmolLM2. (The roofline:
+tests/test_roofline.py.)
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import torch
 from engine.core import quant
 from engine.core.config import EngineConfig
 from engine.core.errors import UnknownMode
-from engine.lab import roofline
 from engine.lab.accuracy import agreement
 from kernels import cpu_quant
 
@@ -292,59 +292,3 @@ def test_unknown_weights_is_a_coded_error():
 def test_agreement_counts_tokens_before_the_first_difference():
     got = agreement([[1, 2, 3, 4], [5, 6]], [[1, 2, 9, 4], [5, 6]])
     assert got == {"token_agreement": 4 / 6, "identical_answers": 1, "answers": 2}
-
-
-# -- the roofline's model ---------------------------------------------------------------------
-SHAPE = roofline.Shape(
-    weight_params=1000, weight_bytes=4000, layers=2, kv_heads=1, heads=2, head_dim=4, kv_itemsize=4
-)
-
-
-def test_step_bytes_read_weights_once_and_kv_per_row():
-    assert roofline.step_bytes(SHAPE, 1, 10) == 4000 + 1 * 10 * 2 * 2 * 1 * 4 * 4
-    assert (
-        roofline.step_bytes(SHAPE, 8, 10) - roofline.step_bytes(SHAPE, 4, 10)
-        == 4 * 10 * 2 * 2 * 4 * 4
-    )
-
-
-def test_step_flops_and_the_compute_bound_row_count():
-    assert roofline.step_flops(SHAPE, 2, 10) == 2 * 2 * 1000 + 4 * 2 * 10 * 2 * 2 * 4
-    # intensity at r rows ~ 2 r 1000 / 4000 = r / 2 flop/byte (plus attention); balance 3 -> 8 rows
-    assert roofline.compute_bound_rows(SHAPE, 0, bandwidth_gbs=10.0, gflops=30.0) == 8
-    assert roofline.compute_bound_rows(SHAPE, 0, bandwidth_gbs=10.0, gflops=1e6) is None
-    assert roofline.roofline_ms(4000, 2000, bandwidth_gbs=1.0, gflops=1.0) == pytest.approx(0.004)
-
-
-def test_knee_rows_is_the_first_step_costing_half_again_the_single_row_one():
-    assert roofline.knee_rows([1, 2, 4, 8], [10.0, 10.5, 14.0, 16.0]) == 8
-    assert roofline.knee_rows([1, 2], [10.0, 11.0]) is None
-
-
-def test_roofline_chart_spec_is_valid_vega_lite_with_every_measured_point():
-    from app.charts import as_altair
-    from app.roofline_chart import roofline_rows, roofline_spec
-
-    points = [
-        {
-            "rows": r,
-            "step_ms": 10.0 + r,
-            "step_ms_min": 9.0 + r,
-            "step_ms_max": 12.0 + r,
-            "bytes_per_step": 96_000_000,
-            "achieved_gbs": 9.6,
-            "fraction_of_bandwidth": 0.5,
-            "roofline_ms": 5.0,
-        }
-        for r in (1, 8)
-    ]
-    result = {
-        "machine": {"bandwidth": {"read_gbs": 19.2}},
-        "formats": {"fp32": {"points": points}, "q4": {"points": points}},
-    }
-    rows = roofline_rows(result)
-    assert len(rows) == 2 * 2 * 2  # formats x row counts x (measured, bound)
-    assert {r["ms"] for r in rows if r["series"] == "measured"} == {11.0, 18.0}
-    spec = roofline_spec(result)
-    as_altair(spec)  # raises if the spec does not validate against the Vega-Lite schema
-    assert spec["hconcat"][1]["title"].endswith("(19.2 GB/s)")

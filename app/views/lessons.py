@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import i18n, recording, state, ui
+from app import i18n, recording, roofline_chart, state, ui
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 
@@ -197,6 +197,17 @@ def figure(folder: Path, scenario: dict, lang: str, words: dict) -> None:
     st.vega_lite_chart(chart, width="stretch", theme=None)
 
 
+def roofline_figure(folder: Path, scenario: dict, lang: str) -> None:
+    """[roofline]'s stored ``bench roofline`` run as a figure in the lesson text, for every viewer
+    (the text cites its numbers), with a caption naming the run and its roofs."""
+    name = scenario.get("roofline", {}).get("file")
+    if not name or not (folder / name).exists():
+        return
+    spec, caption = roofline_chart.lesson_figure(folder / name, lang)
+    st.vega_lite_chart(spec, theme=None)
+    st.caption(caption)
+
+
 ctx = ui.page_setup("lessons_title", "lessons_caption", needs_engine=True)
 c, presenter, lang = ctx.c, ctx.presenter, ctx.lang
 words = WORDS[lang if lang in WORDS else "en"]
@@ -306,7 +317,13 @@ with left:
             width="stretch",
         )
     text_path = folder / f"{lang}.md"
-    st.markdown(text_path.read_text() if text_path.exists() else words["no_text"].format(lang=lang))
+    text = text_path.read_text() if text_path.exists() else words["no_text"].format(lang=lang)
+    # The roofline figure goes where the text places it (a `<!-- roofline -->` line).
+    before, marker, after = text.partition("<!-- roofline -->")
+    st.markdown(before)
+    if marker:
+        roofline_figure(folder, scenario, lang)
+        st.markdown(after)
     # The teacher's part (answer keys, expected numbers, misconceptions, timing, figure) is sent
     # to the presenter's browser only: a viewer's session never renders it.
     if presenter:

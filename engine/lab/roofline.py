@@ -1,15 +1,18 @@
 """The roofline of a decode step: ``python -m engine.bench roofline``.
 
 A decode step reads every weight once, whatever the number of rows, plus each row's KV context;
-it does ~2 flops per weight per row. So at few rows its time is bytes / memory bandwidth, and
-only past the machine balance (peak flop/s over bytes/s) does the arithmetic dominate. This module
-measures the machine's two roofs in the same run (a large tensor sum for read bandwidth, a large
-fp32 GEMM for flop/s), then the engine's own decode step at 1, 2, 4, ... 64 rows for each weight
-format, and reports bytes per step (counted, not timed), achieved GB/s and the fraction of the
-bandwidth roof, and where decode turns compute-bound.
+it does ~2 operations per weight per row. So at few rows its time is bytes / memory bandwidth, and
+only past the machine balance (peak operations/s over bytes/s) does the arithmetic dominate. This
+module measures the machine's roofs in the same run (a large tensor sum for read bandwidth, a
+large fp32 GEMM for fp32 flop/s, and, where the quantized kernels build, the int8 roof: maddubs +
+add from registers, the instructions the q4/q8 products use), then the engine's own decode step at
+1, 2, 4, ... 64 rows for each weight format, and reports bytes per step (counted, not timed),
+achieved GB/s and the fraction of the bandwidth roof, the arithmetic's own bound (the format's
+weight products at its roof, attention at the fp32 one), the share of the read roof the bound
+leaves attainable, and where decode turns compute-bound.
 
-The pure functions (``step_bytes``, ``step_flops``, ``roofline_ms``, ``compute_bound_rows``,
-``knee_rows``) are the model; ``measure_*`` time things.
+The model is ``engine.lab.roofline_model`` (pure functions: ``step_bytes``, ``compute_ms``,
+``compute_bound_rows``, ``knee_rows``); ``measure_*`` here time things.
 """
 
 from __future__ import annotations
@@ -22,58 +25,15 @@ from typing import Any
 
 import torch
 
-ROWS = (1, 2, 4, 8, 16, 32, 64)
-
-
-# -- the model (pure) ------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """What one decode step of a Llama model touches, independent of the machine."""
-
-    weight_params: int  # parameters of every matrix a step multiplies (layers' 7 + vocabulary head)
-    weight_bytes: int  # their bytes in the weight format
-    layers: int
-    kv_heads: int
-    heads: int
-    head_dim: int
-    kv_itemsize: int  # bytes per cached K or V element
-
-
-def step_bytes(s: Shape, rows: int, ctx: int) -> int:
-    """Bytes read from memory by one decode step: the weights once, plus each row's K and V."""
-    kv = rows * ctx * s.layers * 2 * s.kv_heads * s.head_dim * s.kv_itemsize
-    return s.weight_bytes + kv
-
-
-def step_flops(s: Shape, rows: int, ctx: int) -> int:
-    """Multiply-adds x 2 of the projections and of attention (QK^T and PV) for ``rows`` rows."""
-    return 2 * rows * s.weight_params + 4 * rows * ctx * s.layers * s.heads * s.head_dim
-
-
-def roofline_ms(nbytes: int, flops: int, bandwidth_gbs: float, gflops: float) -> float:
-    """The roofline's lower bound on a step's time: the slower of reading and computing."""
-    return max(nbytes / (bandwidth_gbs * 1e6), flops / (gflops * 1e6))
-
-
-def compute_bound_rows(
-    s: Shape, ctx: int, bandwidth_gbs: float, gflops: float, rows: tuple[int, ...] = ROWS
-) -> int | None:
-    """The first row count whose arithmetic intensity (flop/byte) exceeds the machine balance
-    (gflops / bandwidth), i.e. where the roofline says compute, not memory, bounds the step."""
-    balance = gflops / bandwidth_gbs
-    for r in rows:
-        if step_flops(s, r, ctx) / step_bytes(s, r, ctx) > balance:
-            return r
-    return None
-
-
-def knee_rows(rows: list[int], step_ms: list[float], growth: float = 1.5) -> int | None:
-    """Measured: the first row count whose step takes ``growth`` x the one-row step (the point
-    where adding rows stops being nearly free); None if no measured count gets there."""
-    for r, t in zip(rows, step_ms, strict=False):
-        if t >= growth * step_ms[0]:
-            return r
-    return None
+from engine.lab.roofline_model import (
+    ROWS,
+    Shape,
+    compute_bound_rows,
+    compute_ms,
+    knee_rows,
+    step_bytes,
+    step_flops,
+)
 
 
 # -- measurements ----------------------------------------------------------------------------------
@@ -112,6 +72,18 @@ def measure_gflops(n: int = 1536, reps: int = 10) -> dict[str, float]:
         "gflops_median": 2 * n**3 / statistics.median(t) / 1e9,
         "n": n,
     }
+
+
+def measure_int8(reps: int = 5) -> dict[str, float] | None:
+    """The int8 roof (``kernels.cpu_quant.int8_macs_per_s``: maddubs + add from registers, on
+    torch's threads) in G int8 operations/s (2 per multiply-add), best of ``reps``; None where the
+    quantized kernels do not build here."""
+    from kernels import cpu_quant
+
+    if not cpu_quant.available():
+        return None
+    ops = [2 * cpu_quant.int8_macs_per_s() / 1e9 for _ in range(reps)]
+    return {"gops": max(ops), "gops_median": statistics.median(ops)}
 
 
 def shape_of(forward, weights: str) -> Shape:
@@ -169,14 +141,17 @@ class StepPoint:
     flops_per_step: int
     achieved_gbs: float  # bytes / median time
     fraction_of_bandwidth: float  # achieved / measured read bandwidth
-    roofline_ms: float  # the model's lower bound
+    roofline_ms: float  # the model's lower bound: max(read_ms, compute_ms)
     tokens_per_s: float  # rows / median time
+    read_ms: float  # bytes / measured read bandwidth
+    compute_ms: float  # the arithmetic at the format's roof (``compute_ms``)
+    attainable_fraction: float  # read_ms / roofline_ms: the most of the read roof a step can reach
 
 
 def measure_decode(
     forwards: dict[str, Any],
     bandwidth_gbs: float,
-    gflops: float,
+    gflops: float | dict[str, float],
     ctx: int = 128,
     rows: tuple[int, ...] = ROWS,
     reps: int = 7,
@@ -184,8 +159,12 @@ def measure_decode(
 ) -> dict[str, Any]:
     """Decode steps of each ``LlamaForward`` (one per weight format) at each row count.
 
-    Formats are interleaved rep by rep, so drift on the shared machine hits all of them alike.
+    ``gflops``: the compute roof, one for all formats or per format (its weight products' roof;
+    attention is taken at the smallest, the fp32 GEMM's). Formats are interleaved rep by rep, so
+    drift on the shared machine hits all of them alike.
     """
+    roofs = gflops if isinstance(gflops, dict) else {n: gflops for n in forwards}
+    attn = min(roofs.values())
     from engine.core import device
 
     caches = {}
@@ -206,7 +185,9 @@ def measure_decode(
                 device.run(fwd.forward, batches[r][0], caches[name])
                 samples[name][r].append(time.perf_counter() - t)
     return {
-        name: _format_result(shape_of(fwd, name), samples[name], ctx, rows, bandwidth_gbs, gflops)
+        name: _format_result(
+            shape_of(fwd, name), samples[name], ctx, rows, bandwidth_gbs, roofs[name], attn
+        )
         for name, fwd in forwards.items()
     }
 
@@ -218,6 +199,7 @@ def _format_result(
     rows: tuple[int, ...],
     bandwidth_gbs: float,
     gflops: float,
+    attention_gflops: float,
 ) -> dict[str, Any]:
     """One weight format's step times (seconds, per row count) against its roofline model."""
     points = []
@@ -225,6 +207,8 @@ def _format_result(
         ts = samples[r]
         med = statistics.median(ts)
         nb, fl = step_bytes(s, r, ctx), step_flops(s, r, ctx)
+        read = nb / (bandwidth_gbs * 1e6)
+        comp = compute_ms(s, r, ctx, gflops, attention_gflops)
         points.append(
             StepPoint(
                 r,
@@ -235,14 +219,20 @@ def _format_result(
                 fl,
                 nb / med / 1e9,
                 nb / med / 1e9 / bandwidth_gbs,
-                roofline_ms(nb, fl, bandwidth_gbs, gflops),
+                max(read, comp),
                 r / med,
+                read,
+                comp,
+                read / max(read, comp),
             )
         )
     return {
         "shape": asdict(s),
+        "compute_roof_gops": gflops,
         "points": [asdict(p) for p in points],
-        "compute_bound_rows_model": compute_bound_rows(s, ctx, bandwidth_gbs, gflops, rows),
+        "compute_bound_rows_model": compute_bound_rows(
+            s, ctx, bandwidth_gbs, gflops, rows, attention_gflops
+        ),
         "knee_rows_measured": knee_rows(list(rows), [p.step_ms for p in points]),
     }
 
@@ -261,9 +251,14 @@ def roofline(
 
     bw = device.run(measure_bandwidth)
     peak = device.run(measure_gflops)
+    int8 = device.run(measure_int8)
     forwards = {w: device.run(LlamaForward, model, ctx + 2, w) for w in weights}
     effective = {w: f.weights for w, f in forwards.items()}
-    decode = measure_decode(forwards, bw["read_gbs"], peak["gflops"], ctx, rows, reps)
+    # each format's weight products at its own roof: int8 where they run on the int8 kernels
+    roofs = {
+        w: int8["gops"] if int8 and effective[w] != "fp32" else peak["gflops"] for w in forwards
+    }
+    decode = measure_decode(forwards, bw["read_gbs"], roofs, ctx, rows, reps)
     bw_after = device.run(measure_bandwidth)  # the roof again: how much did the machine drift?
     runs = {
         f"{w} x{p['rows']}": {"step_ms": p["step_ms"], "throughput": p["tokens_per_s"]}
@@ -276,6 +271,7 @@ def roofline(
             "bandwidth": bw,
             "bandwidth_after": bw_after,
             "matmul": peak,
+            "int8": int8,
             "balance_flop_per_byte": peak["gflops"] / bw["read_gbs"],
         },
         "ctx": ctx,
@@ -294,6 +290,8 @@ def _ratios(decode: dict[str, Any]) -> dict[str, float]:
         at = {p["rows"]: p for p in d["points"]}
         if 8 in at:
             ratios[f"{w}_fraction_of_bandwidth_8_rows"] = at[8]["fraction_of_bandwidth"]
+            ratios[f"{w}_attainable_fraction_8_rows"] = at[8]["attainable_fraction"]
+            ratios[f"{w}_fraction_of_its_roofline_8_rows"] = at[8]["roofline_ms"] / at[8]["step_ms"]
         if 1 in at:
             ratios[f"{w}_fraction_of_bandwidth_1_row"] = at[1]["fraction_of_bandwidth"]
     base = {p["rows"]: p["step_ms"] for p in decode.get("fp32", {}).get("points", [])}
@@ -316,18 +314,26 @@ def table(result: dict[str, Any]) -> str:
         f"fp32 GEMM {m['matmul']['gflops']:.0f} GFLOP/s (median "
         f"{m['matmul']['gflops_median']:.0f}), "
         f"balance {m['balance_flop_per_byte']:.1f} flop/byte; context {result['ctx']} tokens a row",
+        (
+            f"int8 roof {m['int8']['gops']:.0f} G ops/s (median {m['int8']['gops_median']:.0f}): "
+            "maddubs + add from registers, the q4/q8 products' instructions"
+            if m.get("int8")
+            else "int8 roof: not measured (no quantized kernels here)"
+        ),
         f"{'weights':<8}{'rows':>5}{'step ms':>9}{'min':>8}{'max':>8}{'MB/step':>9}{'GB/s':>7}"
-        f"{'of roof':>8}{'roof ms':>8}{'tok/s':>8}",
+        f"{'of roof':>8}{'read ms':>8}{'calc ms':>8}{'attain':>7}{'tok/s':>8}",
     ]
     for w, d in result["formats"].items():
         for p in d["points"]:
             lines.append(
                 f"{w:<8}{p['rows']:>5}{p['step_ms']:>9.2f}{p['step_ms_min']:>8.2f}{p['step_ms_max']:>8.2f}"
                 f"{p['bytes_per_step'] / 1e6:>9.1f}{p['achieved_gbs']:>7.1f}"
-                f"{p['fraction_of_bandwidth']:>8.2f}{p['roofline_ms']:>8.2f}{p['tokens_per_s']:>8.0f}"
+                f"{p['fraction_of_bandwidth']:>8.2f}{p['read_ms']:>8.2f}{p['compute_ms']:>8.2f}"
+                f"{p['attainable_fraction']:>7.2f}{p['tokens_per_s']:>8.0f}"
             )
         lines.append(
-            f"  {w}: compute-bound from {d['compute_bound_rows_model']} rows (roofline model); "
+            f"  {w}: compute roof {d['compute_roof_gops']:.0f} G ops/s; compute-bound from "
+            f"{d['compute_bound_rows_model']} rows (roofline model); "
             f"measured knee (1.5x the 1-row step) at {d['knee_rows_measured']} rows"
         )
     for k, v in result["ratios"].items():

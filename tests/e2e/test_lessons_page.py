@@ -67,6 +67,10 @@ def test_a_viewer_never_gets_an_answer_key(tmp_path, monkeypatch, loopback_page)
                 assert not at.exception and at.selectbox(key="lesson_name").value == LESSONS[i].name
                 text = _texts(at)
                 assert len(at.main.expander) == 0, name
+                # lesson 1's roofline figure is the students' too, where its text places it
+                roofline = "roofline" in tomllib.loads((LESSONS[i] / "scenario.toml").read_text())
+                drawn = [c for c in at.get("vega_lite_chart") if "roofline bound" in c.proto.spec]
+                assert len(drawn) == int(roofline), name
                 for heading in TEACHER_ONLY:
                     assert heading not in text, (lang, name, heading)
     finally:
