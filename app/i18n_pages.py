@@ -291,4 +291,23 @@ PAGES: dict[str, tuple[str, str]] = {
     "k_slot_steps_per_token": ("slot-steps per token", "slot-passos por token"),
     "k_running_itl_max": ("running ITL max", "ITL máx. dos que rodavam"),
     "k_running_itl_p99": ("running ITL p99", "ITL p99 dos que rodavam"),
+    # the roofline figure (app/roofline_chart.py; lesson 1)
+    "roof_weights": ("weights", "pesos"),
+    "roof_rows": ("rows in the decode step", "linhas no passo de decode"),
+    "roof_time": ("decode step time (ms)", "tempo do passo de decode (ms)"),
+    "roof_share": (
+        "share of the measured read bandwidth ({bw} GB/s)",
+        "fração da banda de leitura medida ({bw} GB/s)",
+    ),
+    "roof_fraction": ("share", "fração"),
+    "roof_caption": (
+        "Measured by `python -m engine.bench roofline` on {date} ({cpu}, {threads} threads): read "
+        "bandwidth {bw} GB/s, fp32 GEMM {gf} GFLOP/s, int8 roof {i8} G ops/s. Dashed: the "
+        "roofline's bound for each format (the slower of reading its bytes and doing its "
+        "arithmetic at its roof). q4, 1 / 8 rows: {q1} / {q8} ms a step.",
+        "Medido com `python -m engine.bench roofline` em {date} ({cpu}, {threads} threads): banda "
+        "de leitura {bw} GB/s, GEMM fp32 {gf} GFLOP/s, teto int8 {i8} G ops/s. Tracejado: o limite "
+        "do roofline de cada formato (o mais lento entre ler os seus bytes e fazer a sua "
+        "aritmética no seu teto). q4, 1 / 8 linhas: {q1} / {q8} ms por passo.",
+    ),
 }

@@ -13,39 +13,15 @@ measured point or the model evaluated at a measured roof; nothing is interpolate
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
+
+from app import i18n
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 COLORS = {"fp32": "#7f7f7f", "q8": "#1f77b4", "q4": "#d62728"}
 # Vega's number format for pt-BR axes and tooltips: 1.000 and 0,5.
 PT_BR = {"number": {"decimal": ",", "thousands": ".", "grouping": [3], "currency": ["R$", ""]}}
-WORDS = {
-    "en": {
-        "weights": "weights",
-        "rows": "rows in the decode step",
-        "time": "decode step time (ms)",
-        "share": "share of the measured read bandwidth ({bw} GB/s)",
-        "fraction": "share",
-        "caption": "Measured by `python -m engine.bench roofline` on {date} ({cpu}, {threads} "
-        "threads): read bandwidth {bw:.1f} GB/s, fp32 GEMM {gf:.0f} GFLOP/s, int8 roof {i8:.0f} G "
-        "ops/s. Dashed: the roofline's bound for each format (the slower of reading its bytes "
-        "and doing its arithmetic at its roof). q4, 1 / 8 rows: {q1:.1f} / {q8:.1f} ms a step.",
-    },
-    "pt-BR": {
-        "weights": "pesos",
-        "rows": "linhas no passo de decode",
-        "time": "tempo do passo de decode (ms)",
-        "share": "fração da banda de leitura medida ({bw} GB/s)",
-        "fraction": "fração",
-        "caption": "Medido com `python -m engine.bench roofline` em {date} ({cpu}, {threads} "
-        "threads): banda de leitura {bw:.1f} GB/s, GEMM fp32 {gf:.0f} GFLOP/s, teto int8 {i8:.0f} "
-        "G ops/s. Tracejado: o limite do roofline de cada formato (o mais lento entre ler os seus "
-        "bytes e fazer a sua aritmética no seu teto). q4, 1 / 8 linhas: {q1:.1f} / {q8:.1f} ms "
-        "por passo.",
-    },
-}
 
 
 def roofline_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -84,13 +60,13 @@ def _encodings(result: dict[str, Any], w: dict[str, str]) -> tuple[dict, dict, l
     color = {
         "field": "weights",
         "type": "nominal",
-        "title": w["weights"],
+        "title": w["roof_weights"],
         "scale": {"domain": fmts, "range": [COLORS.get(f, "#2ca02c") for f in fmts]},
     }
     x = {
         "field": "rows",
         "type": "quantitative",
-        "title": w["rows"],
+        "title": w["roof_rows"],
         "scale": {"type": "log", "base": 2},
     }
     tip = [
@@ -152,14 +128,14 @@ def _fraction_panel(
     fraction = {
         "field": "fraction",
         "type": "quantitative",
-        "title": w["fraction"],
+        "title": w["roof_fraction"],
         "scale": {"domain": [0, 1]},
     }
     return _measured(
         {
             "width": width,
             "height": height,
-            "title": w["share"].format(bw=bw),
+            "title": w["roof_share"].format(bw=bw),
             "mark": {"type": "line", "point": True},
             "encoding": {"x": x, "y": fraction, "color": color, "tooltip": tip},
         }
@@ -171,15 +147,14 @@ def roofline_spec(
 ) -> dict[str, Any]:
     """Vega-Lite: step time vs rows (measured, with min-max whiskers, and the bound, dashed) and
     fraction of the measured bandwidth vs rows, colored by weight format; titles in ``lang``."""
-    w = WORDS.get(lang, WORDS["en"])
+    w = i18n.words(lang)
     color, x, tip = _encodings(result, w)
-    bw = f"{result['machine']['bandwidth']['read_gbs']:.1f}"
-    bw = bw.replace(".", ",") if lang == "pt-BR" else bw
+    bw = i18n.num(result["machine"]["bandwidth"]["read_gbs"], 1, lang)
     return {
         "$schema": SCHEMA,
         "data": {"values": roofline_rows(result)},
         "hconcat": [
-            _time_panel(color, x, tip, width, height, w["time"]),
+            _time_panel(color, x, tip, width, height, w["roof_time"]),
             _fraction_panel(color, x, tip, w, bw, width, height),
         ],
         "resolve": {"scale": {"color": "shared"}},
@@ -199,25 +174,16 @@ def lesson_figure(path: Path, lang: str) -> tuple[dict[str, Any], str]:
     the run: date, machine, the roofs measured in it, q4's step at 1 and 8 rows)."""
     doc = json.loads(Path(path).read_text())
     result, m = doc["scenarios"]["roofline"], doc["machine"]
-    w = WORDS.get(lang, WORDS["en"])
     q4 = {p["rows"]: p["step_ms"] for p in result["formats"]["q4"]["points"]}
     roofs = result["machine"]
-    caption = w["caption"].format(
+    caption = i18n.words(lang)["roof_caption"].format(
         date=m["date"],
         cpu=m["cpu"],
         threads=m["threads"],
-        bw=roofs["bandwidth"]["read_gbs"],
-        gf=roofs["matmul"]["gflops"],
-        i8=(roofs.get("int8") or {}).get("gops", float("nan")),
-        q1=q4[1],
-        q8=q4[8],
+        bw=i18n.num(roofs["bandwidth"]["read_gbs"], 1, lang),
+        gf=i18n.num(roofs["matmul"]["gflops"], 0, lang),
+        i8=i18n.num((roofs.get("int8") or {}).get("gops"), 0, lang),
+        q1=i18n.num(q4[1], 1, lang),
+        q8=i18n.num(q4[8], 1, lang),
     )
-    if lang == "pt-BR":  # decimal commas, as the lesson text writes its numbers
-        caption = _decimal_commas(caption)
     return roofline_spec(result, width=210, height=210, lang=lang), caption
-
-
-def _decimal_commas(text: str) -> str:
-    """1.5 -> 1,5 outside code spans (`...` kept as they are)."""
-    parts = text.split("`")
-    return "`".join(p if i % 2 else re.sub(r"(?<=\d)\.(?=\d)", ",", p) for i, p in enumerate(parts))
