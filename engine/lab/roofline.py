@@ -152,6 +152,7 @@ def measure_decode(
     forwards: dict[str, Any],
     bandwidth_gbs: float,
     gflops: float | dict[str, float],
+    attention_gflops: float,
     ctx: int = 128,
     rows: tuple[int, ...] = ROWS,
     reps: int = 7,
@@ -159,12 +160,11 @@ def measure_decode(
 ) -> dict[str, Any]:
     """Decode steps of each ``LlamaForward`` (one per weight format) at each row count.
 
-    ``gflops``: the compute roof, one for all formats or per format (its weight products' roof;
-    attention is taken at the smallest, the fp32 GEMM's). Formats are interleaved rep by rep, so
-    drift on the shared machine hits all of them alike.
+    ``gflops``: the weight products' compute roof, one for all formats or per format;
+    ``attention_gflops``: attention's (fp32 in every format). Formats are interleaved rep by rep,
+    so drift on the shared machine hits all of them alike.
     """
     roofs = gflops if isinstance(gflops, dict) else {n: gflops for n in forwards}
-    attn = min(roofs.values())
     from engine.core import device
 
     caches = {}
@@ -186,7 +186,13 @@ def measure_decode(
                 samples[name][r].append(time.perf_counter() - t)
     return {
         name: _format_result(
-            shape_of(fwd, name), samples[name], ctx, rows, bandwidth_gbs, roofs[name], attn
+            shape_of(fwd, name),
+            samples[name],
+            ctx,
+            rows,
+            bandwidth_gbs,
+            roofs[name],
+            attention_gflops,
         )
         for name, fwd in forwards.items()
     }
@@ -209,6 +215,7 @@ def _format_result(
         nb, fl = step_bytes(s, r, ctx), step_flops(s, r, ctx)
         read = nb / (bandwidth_gbs * 1e6)
         comp = compute_ms(s, r, ctx, gflops, attention_gflops)
+        bound = max(read, comp)
         points.append(
             StepPoint(
                 r,
@@ -219,11 +226,11 @@ def _format_result(
                 fl,
                 nb / med / 1e9,
                 nb / med / 1e9 / bandwidth_gbs,
-                max(read, comp),
+                bound,
                 r / med,
                 read,
                 comp,
-                read / max(read, comp),
+                read / bound,
             )
         )
     return {
@@ -258,7 +265,7 @@ def roofline(
     roofs = {
         w: int8["gops"] if int8 and effective[w] != "fp32" else peak["gflops"] for w in forwards
     }
-    decode = measure_decode(forwards, bw["read_gbs"], roofs, ctx, rows, reps)
+    decode = measure_decode(forwards, bw["read_gbs"], roofs, peak["gflops"], ctx, rows, reps)
     bw_after = device.run(measure_bandwidth)  # the roof again: how much did the machine drift?
     runs = {
         f"{w} x{p['rows']}": {"step_ms": p["step_ms"], "throughput": p["tokens_per_s"]}
