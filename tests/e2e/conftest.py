@@ -6,12 +6,14 @@ folder above this package, on ``sys.path``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from servers import free_port, start_engine, start_streamlit, stop
 
 from app.client import EngineClient
 
-from .browsing import ARGS, CHROMIUM, COMPARE_SCALE
+from .browsing import ARGS, ARTIFACTS, CHROMIUM, COMPARE_SCALE
 
 
 def pytest_collection_modifyitems(items):
@@ -23,6 +25,31 @@ def pytest_collection_modifyitems(items):
         for item in items:
             if "browser" in getattr(item, "fixturenames", ()):
                 item.add_marker(skip)
+
+
+LOGS: list[Path] = []  # the lab's folders: engine-*.log and streamlit-*.log
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed browser test reports what a CI log cannot otherwise show: each open tab's text (and
+    a screenshot under tests/artifacts/) and the tail of the engine's and the page's logs."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    b = item.funcargs.get("browser")
+    for i, page in enumerate(p for c in (b.contexts if b else []) for p in c.pages):
+        try:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"failed-{item.name}-{i}.png"), timeout=10_000)
+            text = page.inner_text("body", timeout=10_000)
+        except Exception as exc:  # noqa: BLE001 - a report must not hide the failure itself
+            text = f"(unreadable: {exc})"
+        report.sections.append((f"tab {i}: {page.url}", text[-4000:]))
+    for folder in LOGS:
+        for log in sorted(folder.glob("*.log")):
+            report.sections.append((f"log {log.name}", log.read_text(errors="replace")[-4000:]))
 
 
 @pytest.fixture(scope="package")
@@ -39,6 +66,7 @@ def browser():
 def lab(tmp_path_factory):
     """The engine (tiny model, 8 slots) and the page; a probe client checks what the page did."""
     tmp = tmp_path_factory.mktemp("lab")
+    LOGS.append(tmp)
     engine, ws_url = start_engine(tmp, "--slots", "8")
     try:
         page, http_url = start_streamlit(

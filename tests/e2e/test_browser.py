@@ -55,7 +55,11 @@ def _static_traffic_draws_into_the_same_views(page, frame, box, probe) -> None:
     are created once; steps keep arriving and are drawn into them."""
     from playwright.sync_api import expect
 
-    page.get_by_role("button", name="Start traffic").click()
+    # A CI run once waited 30 s here without the button: the failure report (conftest.py) now
+    # carries the tab's text and the logs, and the wait is longer than a slow rerun.
+    start = page.get_by_role("button", name="Start traffic")
+    expect(start).to_be_enabled(timeout=90_000)
+    start.click()
     assert wait(lambda: probe.state.get("traffic"), 60)
     expect(box.locator("#fluxo-last-step")).to_contain_text("static")
     frame.evaluate("""() => { window.__marker = 42; window.__views = Object.assign({}, fluxo.views);
