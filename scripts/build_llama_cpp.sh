@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-server` and `llama-bench` for the Fluxo peer benchmark.
+# Build llama.cpp's `llama-server`, `llama-bench` and `llama-batched-bench` for the Fluxo peer
+# benchmarks (`peer`, and `roofline`'s llama.cpp decode steps).
 #
 # The source is the copy of llama.cpp vendored in the `llama-cpp-python` sdist on PyPI (the one
 # registry this lab can reach), so the build needs no git clone. It installs into .peers/llama.cpp/
@@ -43,12 +44,12 @@ cmake -S "$SRC" -B "$WORK/build" -G Ninja \
   -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON
-cmake --build "$WORK/build" -j "$JOBS" --target llama-server llama-bench
+cmake --build "$WORK/build" -j "$JOBS" --target llama-server llama-bench llama-batched-bench
 
 mkdir -p "$PREFIX/bin"
-for exe in llama-server llama-bench; do
+for exe in llama-server llama-bench llama-batched-bench; do
   cp "$WORK/build/bin/$exe" "$PREFIX/bin/$exe"
 done
 echo "$VERSION" > "$PREFIX/VERSION"
 "$PREFIX/bin/llama-bench" --help >/dev/null 2>&1 || true
-echo "build_llama_cpp: installed $PREFIX/bin/llama-server and llama-bench (llama-cpp-python $VERSION)"
+echo "build_llama_cpp: installed llama-server, llama-bench and llama-batched-bench in $PREFIX/bin (llama-cpp-python $VERSION)"

@@ -46,10 +46,13 @@ def prefix(model, tok) -> Result:
 
 
 def roofline(model, tok) -> Result:
-    # its own module: roofs, decode steps, model
+    # its own module: roofs, decode steps, model; then llama.cpp's steps beside q4's, if built
+    from engine.lab.peer_llama_cpp import roofline_peer
     from engine.lab.roofline import roofline as run_roofline
 
-    return run_roofline(model, tok)
+    out = run_roofline(model, tok)
+    roofline_peer(out)
+    return out
 
 
 def accuracy(model, tok) -> Result:

@@ -1,10 +1,11 @@
-"""llama.cpp as a peer: its server on the same GGUF and the same ``batching`` workload, and
-``llama-bench`` for one-stream decode (tg) and prompt processing (pp).
+"""llama.cpp as a peer: its server on the same GGUF and the same ``batching`` workload,
+``llama-bench`` for one-stream decode (tg) and prompt processing (pp), and ``llama-batched-bench``
+for its decode step at 1 and 8 rows beside the roofline's.
 
-llama.cpp is not a Python dependency: ``scripts/build_llama_cpp.sh`` builds ``llama-server`` and
-``llama-bench`` from the source vendored in the ``llama-cpp-python`` sdist into ``.peers/llama.cpp``
-(git-ignored; or point ``FLUXO_LLAMA_CPP`` at an install). ``find()`` returns None when they are
-not there, and the benchmark then says it skipped llama.cpp.
+llama.cpp is not a Python dependency: ``scripts/build_llama_cpp.sh`` builds ``llama-server``,
+``llama-bench`` and ``llama-batched-bench`` from the source vendored in the ``llama-cpp-python``
+sdist into ``.peers/llama.cpp`` (git-ignored; or point ``FLUXO_LLAMA_CPP`` at an install).
+``find()`` returns None when they are not there, and the benchmark then says it skipped llama.cpp.
 
 Like Fluxo's ``batching`` run: every request is sent at once, greedy, EOS ignored so each produces
 exactly its ``max_new_tokens``; the server gets ``slots`` parallel slots (``-np``) and 2 threads.
@@ -33,6 +34,7 @@ class LlamaCpp:
     server: Path
     bench: Path
     version: str
+    batched: Path | None = None  # llama-batched-bench (builds before it had none)
 
 
 def find() -> LlamaCpp | None:
@@ -41,7 +43,13 @@ def find() -> LlamaCpp | None:
     if not (server.exists() and bench.exists()):
         return None
     version = (base / "VERSION").read_text().strip() if (base / "VERSION").exists() else "?"
-    return LlamaCpp(server, bench, f"llama-cpp-python {version} (vendored llama.cpp)")
+    batched = base / "bin" / "llama-batched-bench"
+    return LlamaCpp(
+        server,
+        bench,
+        f"llama-cpp-python {version} (vendored llama.cpp)",
+        batched if batched.exists() else None,
+    )
 
 
 def run_bench(
@@ -75,6 +83,76 @@ def run_bench(
         res[f"{key}_tokens_per_s"] = float(r["avg_ts"])
         res[f"{key}_stddev"] = float(r.get("stddev_ts", 0.0))
     return res
+
+
+def parse_batched(jsonl: str) -> dict[int, dict[str, float]]:
+    """``llama-batched-bench --output-format jsonl``: per parallel sequence count (``pl``), the
+    decode step's ms (``t_tg`` over ``tg`` steps) and its context (prompt + half the decode)."""
+    out: dict[int, dict[str, float]] = {}
+    for line in jsonl.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            out[int(r["pl"])] = {
+                "step_ms": 1000 * float(r["t_tg"]) / int(r["tg"]),
+                "ctx": int(r["pp"]) + int(r["tg"]) / 2,
+            }
+    return out
+
+
+def run_batched(
+    lc: LlamaCpp,
+    gguf: str,
+    threads: int = 2,
+    ctx: int = 128,
+    rows: tuple[int, ...] = (1, 8),
+    gen: int = 32,
+) -> dict[int, dict[str, float]]:
+    """llama.cpp's decode step: ``rows`` sequences, each with a ``ctx``-token prompt, ``gen`` steps
+    (its default KV cache, f16)."""
+    cmd = [str(lc.batched), "-m", gguf, "-t", str(threads), "-c", str(max(rows) * (ctx + gen) + 64)]
+    cmd += ["-npp", str(ctx), "-ntg", str(gen), "-npl", ",".join(map(str, rows))]
+    cmd += ["--output-format", "jsonl"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return parse_batched(out.stdout)
+
+
+def roofline_peer(result: dict[str, Any], threads: int = 2) -> None:
+    """Beside a ``roofline`` result: llama.cpp's decode step on the same GGUF at 1 and 8 rows, its
+    share of the same read roof (the same weight bytes, its K and V in f16), and q4's step speed-up
+    over it; ``{"skipped": why}`` without a build or without q4."""
+    from engine.core.model import GGUF_FILE, gguf_dir
+    from engine.lab.roofline_model import Shape, step_bytes
+
+    lc, q4 = find(), result["formats"].get("q4")
+    if lc is None or lc.batched is None or q4 is None:
+        why = "no q4 in this run" if q4 is None else "no llama-batched-bench in .peers/llama.cpp"
+        result["llama_cpp"] = {"skipped": why + " (scripts/build_llama_cpp.sh builds it)"}
+        print(f"llama.cpp skipped: {result['llama_cpp']['skipped']}", flush=True)
+        return
+    shape = Shape(**{**q4["shape"], "kv_itemsize": 2})
+    bw = result["machine"]["bandwidth"]["read_gbs"]
+    steps = run_batched(lc, os.path.join(gguf_dir(), GGUF_FILE), threads, result["ctx"])
+    points = []
+    for rows, p in steps.items():
+        nbytes = step_bytes(shape, rows, round(p["ctx"]))
+        points.append(
+            {
+                "rows": rows,
+                **p,
+                "bytes_per_step": nbytes,
+                "fraction_of_bandwidth": nbytes / (bw * 1e6) / p["step_ms"],
+            }
+        )
+    result["llama_cpp"] = {"points": points, "kv": "f16", "version": lc.version}
+    ours = {p["rows"]: p["step_ms"] for p in q4["points"]}
+    for p in points:
+        if p["rows"] in (1, 8):
+            n = "1_row" if p["rows"] == 1 else "8_rows"
+            result["ratios"][f"llama_cpp_fraction_of_bandwidth_{n}"] = p["fraction_of_bandwidth"]
+            if p["rows"] in ours:
+                result["ratios"][f"q4_step_speedup_over_llama_cpp_{n}"] = (
+                    p["step_ms"] / ours[p["rows"]]
+                )
 
 
 def _free_port() -> int:
