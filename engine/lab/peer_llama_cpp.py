@@ -145,14 +145,11 @@ def roofline_peer(result: dict[str, Any], threads: int = 2) -> None:
         )
     result["llama_cpp"] = {"points": points, "kv": "f16", "version": lc.version}
     ours = {p["rows"]: p["step_ms"] for p in q4["points"]}
-    for p in points:
-        if p["rows"] in (1, 8):
-            n = "1_row" if p["rows"] == 1 else "8_rows"
-            result["ratios"][f"llama_cpp_fraction_of_bandwidth_{n}"] = p["fraction_of_bandwidth"]
-            if p["rows"] in ours:
-                result["ratios"][f"q4_step_speedup_over_llama_cpp_{n}"] = (
-                    p["step_ms"] / ours[p["rows"]]
-                )
+    for p in points:  # run_batched's rows: 1 and 8
+        n = "1_row" if p["rows"] == 1 else f"{p['rows']}_rows"
+        result["ratios"][f"llama_cpp_fraction_of_bandwidth_{n}"] = p["fraction_of_bandwidth"]
+        if p["rows"] in ours:
+            result["ratios"][f"q4_step_speedup_over_llama_cpp_{n}"] = p["step_ms"] / ours[p["rows"]]
 
 
 def _free_port() -> int:
