@@ -34,6 +34,8 @@ TOL = 1e-3
 HALF_TOL = 2e-2
 HEAD_DIM = 64
 POISON = 1e4
+# What an interpreter too old for this numpy raises on the kernel's loop bound (see below).
+OLD_INTERPRETER = "only 0-dimensional arrays can be converted to Python scalars"
 
 
 def _lens(bsz: int, bs: int) -> list[int]:
@@ -124,6 +126,17 @@ def interpreted_errors() -> dict[str, float]:
         "print(json.dumps({n: t.rel_err(n, 'cpu') for n in t.CASES}))"
     )
     proc = _run_child(code, {"TRITON_INTERPRET": "1"})
+    if proc.returncode != 0 and OLD_INTERPRETER in proc.stderr:
+        import numpy
+        import triton
+
+        # Seen on the H200 run (docs/gpu/run-20261201-0048): Triton 3.6 with numpy 2.5 there (and
+        # with numpy 2.4 here); its compiled cases passed.
+        pytest.skip(
+            f"Triton {triton.__version__}'s interpreter turns a loop bound into a Python int with "
+            f"int() on a one-element array, which numpy {numpy.__version__} refuses (later Triton "
+            "releases squeeze it first); the kernel itself is unchanged"
+        )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -26,7 +26,10 @@ thread, ``wait`` back on the engine's thread)::
 
 Everything that does not need a GPU is a plain function tested on the CPU
 (tests/test_cuda_exec.py); the GPU parts are checked by tests/test_cuda.py and
-scripts/gpu_check.sh. None of it has run on a GPU yet (docs/gpu/README.md).
+scripts/gpu_check.sh. Run on an H200 on 2026-12-01 (docs/gpu/README.md): greedy tokens equal to
+transformers' and to the CPU path in every mode; a replayed greedy decode step at 8 rows took
+6.8 ms of compute lane against 13.5-24.5 ms eager; async moved the busy fraction 0.83 -> 0.97 but
+the tokens/s only 1.4 %, because SmolLM2 on that GPU is host-bound.
 """
 
 from __future__ import annotations
