@@ -29,7 +29,8 @@ Everything that does not need a GPU is a plain function tested on the CPU
 scripts/gpu_check.sh. Run on an H200 on 2026-12-01 (docs/gpu/README.md): greedy tokens equal to
 transformers' and to the CPU path in every mode; a replayed greedy decode step at 8 rows took
 6.8 ms of compute lane against 13.5-24.5 ms eager; async moved the busy fraction 0.83 -> 0.97 but
-the tokens/s only 1.4 %, because SmolLM2 on that GPU is host-bound.
+the tokens/s only 1.4 % (sampling runs inside the compute lane, on the device thread, and a step
+of so small a model is a chain of small kernels; docs/gpu/README.md).
 """
 
 from __future__ import annotations
