@@ -76,94 +76,41 @@ no such switch).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
-from pathlib import Path
+from collections.abc import Iterator
 
 import torch
+
+from kernels import cpu_quant_build
 
 QK = 32  # weights per block (both formats)
 Q4_1_BYTES = 20  # fp16 d, fp16 m, 16 bytes of 4-bit values
 Q8_0_BYTES = 34  # fp16 d, 32 int8 values
 
-HERE = Path(__file__).resolve().parent
-# one translation unit, in this order (each file uses what the ones before it define)
-SOURCES = tuple(
-    HERE / f
-    for f in ("cpu_quant.cpp", "cpu_quant_int8.cpp", "cpu_quant_tile.cpp", "cpu_quant_decode.cpp")
-)
-
-FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 _lib: ctypes.CDLL | None = None
 _error: str | None = None
 _lock = threading.Lock()
 
 
-def _cpu_ok() -> str | None:
-    try:
-        flags = next(ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "cannot read /proc/cpuinfo"
-    missing = [f for f in ("avx2", "fma", "f16c") if f not in flags]
-    return f"CPU lacks {', '.join(missing)}" if missing else None
-
-
-def _build_dir() -> Path:
-    return Path(os.environ.get("FLUXO_CACHE", Path.home() / ".cache" / "fluxo")) / "kernels"
-
-
 def _load() -> ctypes.CDLL:
-    """Compile (once per source version) and load the shared library; raises with the reason."""
-    why = _cpu_ok()
-    if why:
-        raise RuntimeError(why)
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not cxx:
-        raise RuntimeError("no C++ compiler (g++) on PATH")
-    import torch  # noqa: F401  (its libgomp.so.1 must be loaded before ours resolves the name)
+    """Compile (once per source version) and load the working tree's kernels; raises with the
+    reason."""
+    return cpu_quant_build.load()
 
-    source = "\n".join(p.read_text() for p in SOURCES)
-    tag = hashlib.sha256((source + " ".join(FLAGS)).encode()).hexdigest()[:16]
-    out = _build_dir() / f"fluxo_cpu_quant_{tag}.so"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            src = Path(tmp) / "cpu_quant.cpp"
-            src.write_text(source)
-            so = Path(tmp) / out.name
-            proc = subprocess.run(
-                [cxx, *FLAGS, str(src), "-o", str(so)], capture_output=True, text=True
-            )
-            if proc.returncode != 0:
-                raise RuntimeError(f"compiling the quantized kernels failed: {proc.stderr[-2000:]}")
-            os.replace(so, out)  # atomic: a concurrent process sees the whole file or none
-    lib = ctypes.CDLL(str(out))
-    i64, f32p, u8p = ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
-    for name in ("fluxo_q4_1_mm", "fluxo_q8_0_mm"):
-        fn = getattr(lib, name)
-        fn.argtypes = [f32p, i64, i64, u8p, i64, f32p, ctypes.c_int]
-        fn.restype = None
-    for name in ("fluxo_q4_1_dequant", "fluxo_q8_0_dequant"):
-        fn = getattr(lib, name)
-        fn.argtypes = [u8p, i64, i64, f32p, ctypes.c_int]
-        fn.restype = None
-    p, c_int = ctypes.c_void_p, ctypes.c_int
-    lib.fluxo_quantize_q8_1.argtypes = [p, i64, i64, p, p, p]
-    lib.fluxo_qmm.argtypes = [p, i64, i64, p, p, c_int, i64, p, c_int, c_int]
-    for fn in (lib.fluxo_q4_1_tiles, lib.fluxo_q8_0_tiles):
-        fn.argtypes = [p, i64, i64, p]
-        fn.restype = None
-    lib.fluxo_decode_step.argtypes = [p, p, p, p, i64, p, p, p, p, p, i64, p, p, p, i64, p, c_int]
-    lib.fluxo_int8_macs_per_s.argtypes = [i64, c_int, p]
-    lib.fluxo_int8_macs_per_s.restype = ctypes.c_double
-    for fn in (lib.fluxo_quantize_q8_1, lib.fluxo_qmm, lib.fluxo_decode_step):
-        fn.restype = None
-    return lib
+
+@contextlib.contextmanager
+def using(lib: ctypes.CDLL) -> Iterator[None]:
+    """Every kernel call in the block goes to ``lib`` (one ``cpu_quant_build.load`` returned): for
+    timing two builds in one process (``engine.lab.kernel_ab``)."""
+    global _lib
+    saved = library()
+    _lib = lib
+    try:
+        yield
+    finally:
+        _lib = saved
 
 
 def library() -> ctypes.CDLL | None:

@@ -1,5 +1,5 @@
 """Benchmarks: ``python -m engine.bench {batching,stall,memory,peer,dtype,overlap,server,prefix,
-roofline,accuracy,page,all} [--json PATH]``.
+roofline,accuracy,page,kernels,all} [--json PATH]``.
 
 Benchmarks measure; tests check behaviour. Every ratio comes from runs made in the same process,
 on the same machine, one after the other, so machine noise mostly cancels out. The runs live in
@@ -124,7 +124,7 @@ def machine() -> Result:
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
-    ap.add_argument("scenario", choices=[*SCENARIOS, "page", "all"])
+    ap.add_argument("scenario", choices=[*SCENARIOS, "page", "kernels", "all"])
     ap.add_argument("--json", type=Path, help="write the results (with a top-level 'ratios') here")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument(
@@ -140,6 +140,14 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         choices=("fp32", "q4", "q8"),
         default="q4",
         help="CPU weight format of the engines (roofline and accuracy measure all three)",
+    )
+    ap.add_argument(
+        "--against",
+        default="HEAD",
+        help="kernels: the git revision whose CPU kernels are timed against the working tree's",
+    )
+    ap.add_argument(
+        "--pairs", type=int, default=100, help="kernels: steps timed in turn, per build"
     )
     return ap.parse_args(argv)
 
@@ -161,6 +169,23 @@ def _page(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kernels(args: argparse.Namespace) -> int:
+    """The working tree's CPU kernels against a revision's, in one process (kernel_ab)."""
+    from engine.lab import kernel_ab
+
+    model, _ = device.run(load_model, "smollm2", "float32")
+    try:
+        result = device.run(kernel_ab.compare, model, args.against, pairs=args.pairs)
+    except (ValueError, RuntimeError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print("== kernels ==\n" + kernel_ab.table(result), flush=True)
+    _write(
+        args.json,
+        {"machine": machine(), "ratios": result["ratios"], "scenarios": {"kernels": result}},
+    )
+    return 0
+
+
 def _one(name: str, model, tok, results: Result) -> Result:
     if name == "peer" and "batching" in results:
         return peer(model, tok, ours=results["batching"])
@@ -179,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     if args.scenario == "page":
         return _page(args)
+    if args.scenario == "kernels":
+        return _kernels(args)
     bench_runs.configure(args.device, args.cuda_graphs == "on", args.weights)
     try:
         check_device(args.device)

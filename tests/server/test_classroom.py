@@ -12,7 +12,11 @@ from engine.server.server import Limits
 
 
 def test_ten_clients_chat_at_once_and_waiting_requests_learn_their_place(serve):
-    server = serve("tiny", max_slots=2, limits=Limits(queue_report_s=0.1))  # positions, not text
+    # Positions, not text. Places are polled every 0.1 s: the queue must drain slower than that,
+    # or the last in line sees only its admission (seen in CI, 2026-12-01: 6-token answers of the
+    # tiny model, five waves of two, all done within one poll). With 12 forced tokens and 10 ms of
+    # host work a step, the 10th waits 4 waves x 12 steps x >= 10 ms = >= 480 ms: >= 4 polls.
+    server = serve("tiny", max_slots=2, host_work_ms=10.0, limits=Limits(queue_report_s=0.1))
 
     async def main():
         clients = [await open_client(url(server)) for _ in range(10)]
@@ -20,7 +24,13 @@ def test_ten_clients_chat_at_once_and_waiting_requests_learn_their_place(serve):
         await clients[0].until(lambda m: m["type"] == "state" and m["paused"])
         for i, c in enumerate(clients):
             await c.send(
-                {"type": "chat", "prompt": f"Count to {i + 3}.", "max_tokens": 6, "ref": f"q{i}"}
+                {
+                    "type": "chat",
+                    "prompt": f"Count to {i + 3}.",
+                    "max_tokens": 12,
+                    "ignore_eos": True,
+                    "ref": f"q{i}",
+                }
             )
         accepted = [await c.until(lambda m: m["type"] in ("accepted", "error")) for c in clients]
         assert [a["type"] for a in accepted] == ["accepted"] * 10, accepted  # nobody refused
