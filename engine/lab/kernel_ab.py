@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from engine.core.llama import LlamaForward
-from engine.core.metrics import median
+from engine.core.metrics import median, percentile
 from engine.lab.roofline import decode_batch
 from kernels import cpu_quant, cpu_quant_build
 
@@ -56,11 +56,6 @@ def source_at(rev: str) -> str:
     return "\n".join(parts)
 
 
-def _quartiles(xs: list[float]) -> tuple[float, float, float]:
-    s = sorted(xs)
-    return s[len(s) // 4], median(s), s[(3 * len(s)) // 4]
-
-
 def _in_turn(fw, fb, cache, base, tree, pairs: int) -> Result:
     """One batch's step on each build, ``pairs`` times in turn (A B, then B A): medians, the
     pairs' ratio quartiles, and whether the last logits of the two are bit for bit equal."""
@@ -75,13 +70,13 @@ def _in_turn(fw, fb, cache, base, tree, pairs: int) -> Result:
                 dt = time.perf_counter() - t
             if i:
                 times[name].append(dt * 1e3)
-    q1, mid, q3 = _quartiles([t / b for b, t in zip(times["base"], times["tree"], strict=True)])
+    ratios = [t / b for b, t in zip(times["base"], times["tree"], strict=True)]
     return {
         "base_ms": median(times["base"]),
         "tree_ms": median(times["tree"]),
-        "ratio_median": mid,
-        "ratio_p25": q1,
-        "ratio_p75": q3,
+        "ratio_median": median(ratios),
+        "ratio_p25": percentile(ratios, 25),
+        "ratio_p75": percentile(ratios, 75),
         "identical": bool(torch.equal(logits["base"], logits["tree"])),
     }
 
