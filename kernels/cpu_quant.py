@@ -135,6 +135,8 @@ def unavailable_reason() -> str | None:
 
 
 BYTES = {"q4_1": Q4_1_BYTES, "q8_0": Q8_0_BYTES}
+# decode_step's phases, in cpu_quant_decode.cpp's order (enum Phase)
+PHASES = ("products", "head", "attention", "norms", "waits")
 
 
 def _check(blocks: torch.Tensor, fmt: str, k: int) -> None:
@@ -256,6 +258,16 @@ def int8_macs_per_s(threads: int | None = None, iters: int = 20_000_000) -> floa
     return lib.fluxo_int8_macs_per_s(iters, threads or torch.get_num_threads(), ctypes.byref(sink))
 
 
+def tile_macs_per_s(fmt: str, threads: int | None = None, iters: int = 200_000) -> float:
+    """The tiles' own roof: multiply-adds per second of ``threads`` threads (torch's count by
+    default) running the 2+-row products' inner kernel (``fmt``: "q4_1" or "q8_0", 4 activation
+    rows x one 8-row tile of K = 576) on a tile that stays in L1 (``cpu_quant_tile.cpp``)."""
+    lib = _lib_or_raise()
+    sink = ctypes.c_int64(0)
+    n = threads or torch.get_num_threads()
+    return lib.fluxo_tile_macs_per_s(fmt == "q4_1", iters, n, ctypes.byref(sink))
+
+
 def decode_step(
     desc: torch.Tensor,
     dims: torch.Tensor,
@@ -270,13 +282,22 @@ def decode_step(
     ctx_slots: torch.Tensor,
     mask: torch.Tensor,
     logits: torch.Tensor,
+    phases: torch.Tensor | None = None,
 ) -> None:
     """One whole decode step in one call (``cpu_quant_decode.cpp``); ``h`` is overwritten with the
     last hidden state and ``logits`` filled. Every tensor must be contiguous, as
-    ``engine.core.quant.QuantModel.decode`` prepares them (int64 indices, uint8 mask)."""
+    ``engine.core.quant.QuantModel.decode`` prepares them (int64 indices, uint8 mask).
+    ``phases``: a float64 ``[threads, len(PHASES)]`` tensor to which each thread adds the seconds it
+    spent in each of ``PHASES`` (the step is otherwise the same)."""
     lib = _lib_or_raise()
     rows, ctx = ctx_slots.shape
-    lib.fluxo_decode_step(
+    threads = torch.get_num_threads()
+    timed = phases is not None
+    if timed and (phases.dtype != torch.float64 or phases.shape != (threads, len(PHASES))):
+        raise ValueError(f"phases must be float64 [{threads}, {len(PHASES)}]")
+    fn = lib.fluxo_decode_step_phases if timed else lib.fluxo_decode_step
+    extra = (phases.data_ptr(),) if timed else ()
+    fn(
         desc.data_ptr(),
         dims.data_ptr(),
         eps_scale.data_ptr(),
@@ -293,5 +314,6 @@ def decode_step(
         mask.data_ptr(),
         ctx,
         logits.data_ptr(),
-        torch.get_num_threads(),
+        threads,
+        *extra,
     )

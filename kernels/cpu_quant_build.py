@@ -84,7 +84,12 @@ def load(source: str | None = None, strict: bool = True) -> ctypes.CDLL:
         "fluxo_q4_1_tiles": ([p, i64, i64, p], None),
         "fluxo_q8_0_tiles": ([p, i64, i64, p], None),
         "fluxo_decode_step": ([p, p, p, p, i64, p, p, p, p, p, i64, p, p, p, i64, p, c_int], None),
+        "fluxo_decode_step_phases": (
+            [p, p, p, p, i64, p, p, p, p, p, i64, p, p, p, i64, p, c_int, p],
+            None,
+        ),
         "fluxo_int8_macs_per_s": ([i64, c_int, p], ctypes.c_double),
+        "fluxo_tile_macs_per_s": ([c_int, i64, c_int, p], ctypes.c_double),
     }
     for name, (args, result) in signatures.items():
         if not strict and not hasattr(lib, name):

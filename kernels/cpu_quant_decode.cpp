@@ -166,7 +166,28 @@ static void attend(const Step& s, const float* qkv, int64_t ldq, const float* kc
     }
 }
 
-static void step_thread(const Step& s, float* qkv, float* attn, float* act, int tid, int nt) {
+// Where a step's time goes, per thread: seconds added to acc[phase] (null: not measured). A lap
+// reads omp_get_wtime (a vDSO clock, ~25 ns): ~15 laps a layer, ~0.1 % of an 8-row step.
+enum Phase { PRODUCTS, HEAD, ATTENTION, NORMS, WAITS, PHASES };
+struct Laps {
+    double* acc;
+    double t;
+    void lap(Phase p) {
+        if (!acc) return;
+        const double now = omp_get_wtime();
+        acc[p] += now - t;
+        t = now;
+    }
+};
+#define FLUXO_BARRIER(laps, before) \
+    do {                            \
+        laps.lap(before);           \
+        _Pragma("omp barrier")      \
+        laps.lap(WAITS);            \
+    } while (0)
+
+static void step_thread(const Step& s, float* qkv, float* attn, float* act, int tid, int nt,
+                        double* phases) {
     const int64_t B = s.rows, D = s.hidden, hd = s.head_dim;
     const int64_t nqkv = (s.heads + 2 * s.kv_heads) * hd, kmax = D > s.inter ? D : s.inter;
     Scratch t;
@@ -177,6 +198,7 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
     t.scores.resize(s.ctx > 0 ? s.ctx : 1);
     t.q.resize(hd);
     QRow x = t.row();
+    Laps laps{phases ? phases + tid * PHASES : nullptr, omp_get_wtime()};
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040);  // flush denormals to zero (tiny softmax weights are microcode-slow)
     for (int64_t l = 0; l < s.layers; l++) {
@@ -185,26 +207,30 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
         float* vc = s.vc + l * s.layer_stride;
         rmsnorm(s.h, (const float*)d[12], B, D, s.eps, t.f.data());
         quantize_rows(t.f.data(), B, D, x);
+        laps.lap(NORMS);
         qmm_part((const uint8_t*)d[0], (const uint8_t*)d[2], d[1], nqkv, D, x, B, qkv, nqkv, 0, tid,
                  nt);
-        #pragma omp barrier
+        FLUXO_BARRIER(laps, PRODUCTS);
         write_kv(s, qkv, nqkv, kc, vc, tid, nt);
-        #pragma omp barrier
+        FLUXO_BARRIER(laps, ATTENTION);
         attend(s, qkv, nqkv, kc, vc, attn, t, tid, nt);
-        #pragma omp barrier
+        FLUXO_BARRIER(laps, ATTENTION);
         quantize_rows(attn, B, s.heads * hd, x);
+        laps.lap(NORMS);
         qmm_part((const uint8_t*)d[3], (const uint8_t*)d[5], d[4], D, s.heads * hd, x, B, s.h, D, 1,
                  tid, nt);
-        #pragma omp barrier
+        FLUXO_BARRIER(laps, PRODUCTS);
         rmsnorm(s.h, (const float*)d[13], B, D, s.eps, t.f.data());
         quantize_rows(t.f.data(), B, D, x);
+        laps.lap(NORMS);
         qmm_part((const uint8_t*)d[6], (const uint8_t*)d[8], d[7], s.inter, D, x, B, act, s.inter, 2,
                  tid, nt);
-        #pragma omp barrier
+        FLUXO_BARRIER(laps, PRODUCTS);
         quantize_rows(act, B, s.inter, x);
+        laps.lap(NORMS);
         qmm_part((const uint8_t*)d[9], (const uint8_t*)d[11], d[10], D, s.inter, x, B, s.h, D, 1, tid,
                  nt);
-        #pragma omp barrier
+        FLUXO_BARRIER(laps, PRODUCTS);
     }
     const int64_t* hdesc = s.desc + s.layers * 14;
     rmsnorm(s.h, (const float*)hdesc[3], B, D, s.eps, t.f.data());
@@ -212,9 +238,26 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
     // kernel, at 1 row 4.0 vs 6.3 (49152x576 Q8_0, 1 thread, thread CPU time, medians of 60 and
     // 15, machine at load ~10, 2026-11-30).
     quantize_rows(t.f.data(), B, D, x);
+    laps.lap(NORMS);
     qmm_part((const uint8_t*)hdesc[0], (const uint8_t*)hdesc[2], hdesc[1], s.vocab, D, x, B, s.logits,
              s.vocab, 0, tid, nt);
+    laps.lap(HEAD);
     _mm_setcsr(csr);
+}
+
+static void decode_step(const int64_t* desc, const int64_t* dims, const float* eps_scale, float* h,
+                        int64_t rows, const int64_t* pos, const float* cos, const float* sin,
+                        float* kc, float* vc, int64_t layer_stride, const int64_t* write_slots,
+                        const int64_t* ctx_slots, const uint8_t* mask, int64_t ctx, float* logits,
+                        int threads, double* phases) {
+    Step s{desc, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], eps_scale[0],
+           eps_scale[1], h, rows, pos, cos, sin, kc, vc, layer_stride, write_slots, ctx_slots, mask,
+           ctx, logits};
+    std::vector<float> qkv(rows * (s.heads + 2 * s.kv_heads) * s.head_dim);
+    std::vector<float> attn(rows * s.heads * s.head_dim), act(rows * s.inter);
+    #pragma omp parallel num_threads(threads)
+    step_thread(s, qkv.data(), attn.data(), act.data(), omp_get_thread_num(), omp_get_num_threads(),
+                phases);
 }
 
 extern "C" {
@@ -223,12 +266,20 @@ void fluxo_decode_step(const int64_t* desc, const int64_t* dims, const float* ep
                        float* vc, int64_t layer_stride, const int64_t* write_slots,
                        const int64_t* ctx_slots, const uint8_t* mask, int64_t ctx, float* logits,
                        int threads) {
-    Step s{desc, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], eps_scale[0],
-           eps_scale[1], h, rows, pos, cos, sin, kc, vc, layer_stride, write_slots, ctx_slots, mask,
-           ctx, logits};
-    std::vector<float> qkv(rows * (s.heads + 2 * s.kv_heads) * s.head_dim);
-    std::vector<float> attn(rows * s.heads * s.head_dim), act(rows * s.inter);
-    #pragma omp parallel num_threads(threads)
-    step_thread(s, qkv.data(), attn.data(), act.data(), omp_get_thread_num(), omp_get_num_threads());
+    decode_step(desc, dims, eps_scale, h, rows, pos, cos, sin, kc, vc, layer_stride, write_slots,
+                ctx_slots, mask, ctx, logits, threads, nullptr);
+}
+
+// The same step, adding each thread's seconds per phase to phases [threads, 5]: the weight
+// products of the layers, the vocabulary head, the KV write and attention, the norms and the
+// activations' quantization, and the waits at the barriers (Phase above).
+void fluxo_decode_step_phases(const int64_t* desc, const int64_t* dims, const float* eps_scale,
+                              float* h, int64_t rows, const int64_t* pos, const float* cos,
+                              const float* sin, float* kc, float* vc, int64_t layer_stride,
+                              const int64_t* write_slots, const int64_t* ctx_slots,
+                              const uint8_t* mask, int64_t ctx, float* logits, int threads,
+                              double* phases) {
+    decode_step(desc, dims, eps_scale, h, rows, pos, cos, sin, kc, vc, layer_stride, write_slots,
+                ctx_slots, mask, ctx, logits, threads, phases);
 }
 }

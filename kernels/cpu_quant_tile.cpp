@@ -277,3 +277,38 @@ void fluxo_q8_0_tiles(const uint8_t* w, int64_t N, int64_t K, uint8_t* out) {
     memcpy(out + n * width, w + n * width, (N - n) * width);
 }
 }
+
+// The tiles' own roof: tile_rows<4> (Q4_1) or tile8_rows<4> (Q8_0), the products' inner kernel at
+// 2+ rows, on one 8-row tile of K = 576 that stays in L1, so that only its instructions bound it
+// (unpacking, maddubs, adds, the per-block scaling), not memory. Multiply-adds per second of
+// `threads` threads each running `iters` calls at once; *sink: a result, so none is optimized away.
+extern "C" double fluxo_tile_macs_per_s(int q4, int64_t iters, int threads, int64_t* sink) {
+    constexpr int64_t nb = 18, K = nb * 32, MR = 4;
+    double total = 0.0;
+    int ran = 0;
+    const double t0 = omp_get_wtime();
+    #pragma omp parallel num_threads(threads) reduction(+ : total, ran)
+    {
+        const int64_t bytes = nb * (q4 ? TILE_BYTES : TILE8_BYTES), scales = q4 ? 128 : 256;
+        std::vector<uint8_t> tile(bytes);
+        for (int64_t i = 0; i < bytes; i++) tile[i] = (uint8_t)(i * 37 + 11);
+        for (int64_t b = 0; b < nb; b++)  // every fp16 d (and m) 1.0: finite, not denormal
+            for (int64_t i = scales; i < (q4 ? TILE_BYTES : TILE8_BYTES); i += 2) {
+                uint8_t* f = tile.data() + b * (q4 ? TILE_BYTES : TILE8_BYTES) + i;
+                f[0] = 0x00, f[1] = 0x3C;
+            }
+        std::vector<int8_t> xq(MR * K);
+        for (int64_t i = 0; i < MR * K; i++) xq[i] = (int8_t)((i * 13) % 255 - 127);
+        std::vector<float> xd(MR * nb, 1e-3f), xs(MR * nb, 1e-3f), out(MR * 8, 0.0f);
+        for (int64_t n = 0; n < iters; n++) {
+            if (q4) tile_rows<MR>(tile.data(), nb, xq.data(), xd.data(), xs.data(), K, out.data(), nullptr);
+            else tile8_rows<MR>(tile.data(), nb, xq.data(), xd.data(), xs.data(), K, out.data(), nullptr);
+            __asm__ __volatile__("" ::: "memory");  // out is read back: every call is computed
+        }
+        total += out[0];
+        ran += 1;
+    }
+    const double dt = omp_get_wtime() - t0;
+    *sink = (int64_t)total;
+    return (double)(MR * 8 * K) * (double)iters * (double)ran / dt;
+}

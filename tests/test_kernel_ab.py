@@ -57,7 +57,7 @@ def test_two_builds_in_turn_on_the_q4_decode_step(smollm2, monkeypatch) -> None:
     head = kernel_ab.source_at("HEAD")
     source = head + "\n// timed against itself\n"
     monkeypatch.setattr(kernel_ab, "source_at", lambda rev: source)
-    assert cpu_quant_build.load(source)._name != cpu_quant.library()._name
+    assert cpu_quant_build.load(source, strict=False)._name != cpu_quant.library()._name
     result = kernel_ab.compare(smollm2[0], "HEAD", rows=(1, 3), pairs=4)
     assert [p["rows"] for p in result["points"]] == [1, 3]
     for p in result["points"]:

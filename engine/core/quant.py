@@ -301,6 +301,9 @@ class FusedDecode:
         self.eps_scale = torch.tensor([cfg.rms_norm_eps, head_dim**-0.5], dtype=torch.float32)
         self.cos, self.sin = cos.contiguous(), sin.contiguous()  # [max_len, head_dim]
         self.keep = (qm, hf_model)  # the pointers above point into these
+        # None, or a float64 [threads, len(cpu_quant.PHASES)] tensor that every step adds its
+        # threads' seconds per phase to (engine.lab.roofline's step breakdown)
+        self.phases: torch.Tensor | None = None
 
     @staticmethod
     def supports(hf_model) -> bool:
@@ -339,5 +342,6 @@ class FusedDecode:
             ctx_slots.contiguous(),
             mask.contiguous().view(torch.uint8),
             logits,
+            self.phases,
         )
         return logits

@@ -46,11 +46,14 @@ def prefix(model, tok) -> Result:
 
 
 def roofline(model, tok) -> Result:
-    # its own module: roofs, decode steps, model; then llama.cpp's steps beside q4's, if built
+    # its own module: roofs, decode steps, model; then the quantized steps' phases against the
+    # roofs, and llama.cpp's steps beside q4's, if built
     from engine.lab.peer_llama_cpp import roofline_peer
     from engine.lab.roofline import roofline as run_roofline
+    from engine.lab.step_phases import roofline_phases
 
     out = run_roofline(model, tok)
+    roofline_phases(model, out)
     roofline_peer(out)
     return out
 
@@ -196,6 +199,8 @@ def _print(name: str, result: Result) -> None:
     if name in ("roofline", "accuracy"):  # tables of their own (roofs and points; perplexities)
         own = importlib.import_module(f"engine.lab.{name}").table
         print(f"== {name} ==\n" + own(result), flush=True)
+        if name == "roofline":
+            print(importlib.import_module("engine.lab.step_phases").table(result), flush=True)
     else:
         print(table(name, result), flush=True)
 
