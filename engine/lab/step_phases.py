@@ -43,14 +43,14 @@ def _macs(fw) -> tuple[int, int]:
     return layers, head
 
 
-def tile_roofs(reps: int = 3) -> dict[str, float]:
+def tile_roofs(reps: int = 5) -> dict[str, float]:
     """Each block format's tile roof on all of torch's threads and the int8 roof, taken in turn
     ``reps`` times (G int8 ops/s, 2 per multiply-add, best of each), with each tile roof's ratio to
     the int8 roof (the machine's speed moves between runs; the ratio, taken together, less)."""
     runs: dict[str, list[float]] = {"q4_1": [], "q8_0": [], "int8": []}
     for _ in range(reps):
         for fmt in ("q4_1", "q8_0"):
-            runs[fmt].append(2 * cpu_quant.tile_macs_per_s(fmt) / 1e9)
+            runs[fmt].append(2 * cpu_quant.tile_macs_per_s(fmt, iters=100_000) / 1e9)
         runs["int8"].append(2 * cpu_quant.int8_macs_per_s() / 1e9)
     best = {k: max(v) for k, v in runs.items()}
     return {
