@@ -187,3 +187,32 @@ def test_roofline_phases_skip_without_an_int8_roof():
     result = {"machine": {"bandwidth": {"read_gbs": 10.0}, "int8": None}, "ctx": 8, "ratios": {}}
     step_phases.roofline_phases(None, result)
     assert result["phases"] == {"skipped": "no quantized CPU kernels here"}
+
+
+@pytest.mark.parametrize("lang", ["en", "pt-BR"])
+def test_lesson_1_cites_its_phases_run(lang):
+    """Every number of lesson 1's "where a step's time goes" section is its stored ``bench phases``
+    run's, as that language writes it, and its table adds up to the step."""
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "lessons" / "01-why-batches"
+    doc = json.loads((folder / "phases.json").read_text())
+    at = {p["rows"]: p for p in doc["scenarios"]["phases"]["phases"]["q4"]}
+    cited: list[str] = []
+    for r in (1, 8):
+        p = at[r]
+        cited += [f"{v:.2f}" for v in p["phases_ms"].values()]
+        cited += [f"{p['outside_kernel_ms']:.2f}", f"{p['mean_step_ms']:.2f}"]
+        cited.append(f"{p['products_fraction_of_tile_roof']:.2f}")
+        assert sum(p["phases_ms"].values()) + p["outside_kernel_ms"] == pytest.approx(
+            p["mean_step_ms"]
+        )
+    for phase in ("products", "attention"):
+        cited.append(f"{at[8]['phases_ms'][phase] / at[1]['phases_ms'][phase]:.2f}x")
+    text = (folder / f"{lang}.md").read_text()
+    section = text.split("<!-- roofline -->", 1)[1].split("\n## ", 2)[1]
+    for number in cited:
+        written = number.replace(".", ",") if lang == "pt-BR" else number
+        assert written in section, (lang, written)
+    assert doc["machine"]["date"] in section and "lessons/01-why-batches/phases.json" in section

@@ -1,5 +1,5 @@
 """Benchmarks: ``python -m engine.bench {batching,stall,memory,peer,dtype,overlap,server,prefix,
-roofline,accuracy,page,kernels,all} [--json PATH]``.
+roofline,phases,accuracy,page,kernels,all} [--json PATH]``.
 
 Benchmarks measure; tests check behaviour. Every ratio comes from runs made in the same process,
 on the same machine, one after the other, so machine noise mostly cancels out. The runs live in
@@ -58,6 +58,13 @@ def roofline(model, tok) -> Result:
     return out
 
 
+def phases(model, tok) -> Result:
+    # the q4/q8 steps' phases against their roofs, alone (roofline runs them too)
+    from engine.lab.step_phases import phases as run_phases
+
+    return run_phases(model, tok)
+
+
 def accuracy(model, tok) -> Result:
     # perplexity and greedy agreement per format
     from engine.lab.accuracy import accuracy as run_accuracy
@@ -75,6 +82,7 @@ SCENARIOS = {
     "server": server,
     "prefix": prefix,
     "roofline": roofline,
+    "phases": phases,
     "accuracy": accuracy,
 }
 
@@ -196,8 +204,9 @@ def _one(name: str, model, tok, results: Result) -> Result:
 
 
 def _print(name: str, result: Result) -> None:
-    if name in ("roofline", "accuracy"):  # tables of their own (roofs and points; perplexities)
-        own = importlib.import_module(f"engine.lab.{name}").table
+    if name in ("roofline", "accuracy", "phases"):  # tables of their own
+        mod = "step_phases" if name == "phases" else name
+        own = importlib.import_module(f"engine.lab.{mod}").table
         print(f"== {name} ==\n" + own(result), flush=True)
         if name == "roofline":
             print(importlib.import_module("engine.lab.step_phases").table(result), flush=True)
@@ -219,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = device.run(load_model, "smollm2", "float32")
     model = model.to(args.device)
     warm_up(model, tok)
-    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    # all: phases only once, inside roofline
+    names = [n for n in SCENARIOS if n != "phases"] if args.scenario == "all" else [args.scenario]
     results: Result = {}
     for name in names:
         t = time.perf_counter()

@@ -6,9 +6,9 @@ the activations' quantization, and the waits at the barriers between them. This 
 batch's steps that way and sets each phase against its own roof, measured in the same run:
 
 - the products (layers and head) against the tiles' own roof (``cpu_quant.tile_macs_per_s``: the
-  products' inner kernel on a tile that stays in L1, so only its instructions bound it) and the
-  int8 roof (maddubs + add alone): their multiply-adds are counted, so each achieved G ops/s is
-  exact arithmetic over a measured time;
+  products' inner kernel on a tile that stays in L1, so only its instructions bound it; taken in
+  turn with the int8 roof, maddubs + add alone, and reported as a share of it): their
+  multiply-adds are counted, so each achieved G ops/s is exact arithmetic over a measured time;
 - attention against the read roof: it reads each row's K and V, a count of bytes.
 
 From these, ``floor_ms``: the step with every weight product at its tile roof and attention at the
@@ -215,3 +215,19 @@ def table(result: Result) -> str:
         "attention at the read roof,\n   nothing else; ceiling: the read roof's share at the floor)"
     )
     return "\n".join(lines)
+
+
+def phases(model, tok=None, rows: tuple[int, ...] = (1, 8), steps: int = 60) -> Result:
+    """``python -m engine.bench phases``: the read and int8 roofs measured, then the phases of the
+    q4 and q8 steps at ``rows`` (``roofline_phases``), without the whole roofline's decode sweep."""
+    from engine.core import device
+    from engine.lab.roofline import measure_bandwidth, measure_int8
+
+    result: Result = {
+        "machine": {"bandwidth": device.run(measure_bandwidth), "int8": device.run(measure_int8)},
+        "ctx": 128,
+        "formats": {"q4": {}, "q8": {}},
+        "ratios": {},
+    }
+    roofline_phases(model, result, rows, steps)
+    return result
