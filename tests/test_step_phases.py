@@ -216,3 +216,7 @@ def test_lesson_1_cites_its_phases_run(lang):
         written = number.replace(".", ",") if lang == "pt-BR" else number
         assert written in section, (lang, written)
     assert doc["machine"]["date"] in section and "lessons/01-why-batches/phases.json" in section
+    teacher = (folder / f"teacher.{lang}.md").read_text()  # its answer key quotes the same run
+    shares = [f"{at[r]['products_fraction_of_tile_roof']:.2f}" for r in (1, 8)]
+    for number in [*shares, cited[-1]]:  # the products' shares and attention's growth
+        assert (number.replace(".", ",") if lang == "pt-BR" else number) in teacher, number
