@@ -3,7 +3,6 @@ kernels/cpu_quant_decode.cpp's Laps, cpu_quant_tile.cpp's fluxo_tile_macs_per_s)
 
 from __future__ import annotations
 
-import math
 import time
 
 import pytest
@@ -109,32 +108,6 @@ def test_against_roofs_floor_and_ceiling():
     assert slow["floor_ms"] == pytest.approx(want)
     assert slow["products_gops"] == pytest.approx(8 * layer_macs / 2e6)
     assert slow["products_fraction_of_tile_roof"] == pytest.approx(slow["products_gops"] / 1e-3)
-
-
-def test_the_tile_roof_is_below_the_int8_roof_and_above_the_product_it_bounds():
-    """The tile does the int8 roof's maddubs + add and more (unpacking, scaling), so it runs below
-    it; a whole product on a cache-resident matrix pays memory and a call on top, so it runs below
-    the tile. One thread, best of five each, taken in turn."""
-    from engine.core.quant import quantize
-
-    tile, roof = 0.0, 0.0
-    for _ in range(5):
-        tile = max(tile, cpu_quant.tile_macs_per_s("q4_1", threads=1, iters=20_000))
-        roof = max(roof, cpu_quant.int8_macs_per_s(threads=1, iters=2_000_000))
-    assert math.isfinite(tile) and 0 < tile < roof
-    b = quantize(torch.randn(576, 576) * 0.05, "q4_1")
-    t, x = cpu_quant.tiles(b, "q4_1", 576), torch.randn(8, 576)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        best = math.inf
-        for _ in range(30):
-            t0 = time.perf_counter()
-            cpu_quant.qmatmul(x, b, "q4_1", tiles=t)
-            best = min(best, time.perf_counter() - t0)
-    finally:
-        torch.set_num_threads(threads)
-    assert 576 * 576 * 8 / best < tile
 
 
 def test_the_table_says_when_phases_were_skipped_and_prints_every_phase():
