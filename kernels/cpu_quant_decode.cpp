@@ -241,7 +241,7 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
     laps.lap(NORMS);
     qmm_part((const uint8_t*)hdesc[0], (const uint8_t*)hdesc[2], hdesc[1], s.vocab, D, x, B, s.logits,
              s.vocab, 0, tid, nt);
-    laps.lap(HEAD);
+    if (laps.acc) FLUXO_BARRIER(laps, HEAD);  // timed: the threads' last wait is a wait too
     _mm_setcsr(csr);
 }
 
