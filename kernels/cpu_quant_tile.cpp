@@ -289,13 +289,13 @@ extern "C" double fluxo_tile_macs_per_s(int q4, int64_t iters, int threads, int6
     const double t0 = omp_get_wtime();
     #pragma omp parallel num_threads(threads) reduction(+ : total, ran)
     {
-        const int64_t bytes = nb * (q4 ? TILE_BYTES : TILE8_BYTES), scales = q4 ? 128 : 256;
-        std::vector<uint8_t> tile(bytes);
-        for (int64_t i = 0; i < bytes; i++) tile[i] = (uint8_t)(i * 37 + 11);
+        const int64_t block = q4 ? TILE_BYTES : TILE8_BYTES, scales = q4 ? 128 : 256;
+        std::vector<uint8_t> tile(nb * block);
+        for (int64_t i = 0; i < nb * block; i++) tile[i] = (uint8_t)(i * 37 + 11);
         for (int64_t b = 0; b < nb; b++)  // every fp16 d (and m) 1.0: finite, not denormal
-            for (int64_t i = scales; i < (q4 ? TILE_BYTES : TILE8_BYTES); i += 2) {
-                uint8_t* f = tile.data() + b * (q4 ? TILE_BYTES : TILE8_BYTES) + i;
-                f[0] = 0x00, f[1] = 0x3C;
+            for (int64_t i = scales; i < block; i += 2) {
+                tile[b * block + i] = 0x00;
+                tile[b * block + i + 1] = 0x3C;
             }
         std::vector<int8_t> xq(MR * K);
         for (int64_t i = 0; i < MR * K; i++) xq[i] = (int8_t)((i * 13) % 255 - 127);

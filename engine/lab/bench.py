@@ -203,13 +203,18 @@ def _one(name: str, model, tok, results: Result) -> Result:
     return SCENARIOS[name](model, tok)
 
 
+# scenarios with tables of their own (roofs and points, phases, perplexities): their modules
+OWN_TABLES = {
+    "roofline": ("roofline", "step_phases"),
+    "phases": ("step_phases",),
+    "accuracy": ("accuracy",),
+}
+
+
 def _print(name: str, result: Result) -> None:
-    if name in ("roofline", "accuracy", "phases"):  # tables of their own
-        mod = "step_phases" if name == "phases" else name
-        own = importlib.import_module(f"engine.lab.{mod}").table
-        print(f"== {name} ==\n" + own(result), flush=True)
-        if name == "roofline":
-            print(importlib.import_module("engine.lab.step_phases").table(result), flush=True)
+    if name in OWN_TABLES:
+        own = [importlib.import_module(f"engine.lab.{m}").table for m in OWN_TABLES[name]]
+        print(f"== {name} ==\n" + "\n".join(t(result) for t in own), flush=True)
     else:
         print(table(name, result), flush=True)
 

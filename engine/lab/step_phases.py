@@ -34,13 +34,10 @@ Result = dict[str, Any]
 
 
 def _macs(fw) -> tuple[int, int]:
-    """Multiply-adds per row of the layers' products and of the vocabulary head."""
-    model = fw.model
-    head = model.lm_head.weight.numel()
-    from engine.core.llama import projections
-
-    layers = sum(m.weight.numel() for layer in model.model.layers for m in projections(layer))
-    return layers, head
+    """Multiply-adds per row of the layers' products and of the vocabulary head (``shape_of``
+    counts them together)."""
+    head = fw.model.lm_head.weight.numel()
+    return shape_of(fw, fw.weights).weight_params - head, head
 
 
 def tile_roofs(reps: int = 5) -> dict[str, float]:
