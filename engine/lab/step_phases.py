@@ -147,8 +147,9 @@ def int8_thread_scaling(reps: int = 3) -> Result:
 
 def roofline_phases(model, result: Result, rows: tuple[int, ...] = (1, 8), steps: int = 40) -> None:
     """Beside a ``roofline`` result: each fused quantized format's step phases at ``rows``, against
-    the run's read and int8 roofs, and the int8 roof's thread scaling; ``{"skipped": why}`` where
-    the quantized kernels do not build or the run measured no int8 roof."""
+    the run's read roof and the tile roofs (measured here, in turn with the int8 roof), and the int8
+    roof's thread scaling; ``{"skipped": why}`` where the quantized kernels do not build or the run
+    measured no int8 roof."""
     from engine.core import device
     from engine.core.llama import LlamaForward
 
