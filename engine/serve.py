@@ -131,22 +131,41 @@ def _config(args: argparse.Namespace) -> EngineConfig:
 
 
 def _say_threads(config: EngineConfig) -> None:
-    if config.cpus or config.threads:
+    """One line on what the engine computes with; ``cpus`` is None wherever nothing is pinned
+    (macOS, Windows, one core, ``--no-pin``)."""
+    if not (config.cpus or config.threads):
+        return
+    where = ""
+    if config.cpus:
         where = f" on core(s) {','.join(map(str, config.cpus))} {cpu.platform_note()}"
-        print(
-            f"engine computes with {torch.get_num_threads()} torch thread(s)"
-            + (where if config.cpus else ""),
-            flush=True,
-        )
+    print(f"engine computes with {torch.get_num_threads()} torch thread(s){where}", flush=True)
+
+
+def on_stop_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Future) -> str:
+    """Resolve ``stop`` on SIGINT/SIGTERM. The loop's own handler API where it has one (POSIX);
+    elsewhere (Windows: every event loop raises ``NotImplementedError``) ``signal.signal``, whose
+    handler runs in the main thread and hands the stop to the loop thread-safely. Returns which."""
+
+    def fire() -> None:
+        if not stop.done():
+            stop.set_result(None)
+
+    sigs = [signal.SIGINT] + ([signal.SIGTERM] if hasattr(signal, "SIGTERM") else [])
+    try:
+        for sig in sigs:
+            loop.add_signal_handler(sig, fire)
+        return "loop"
+    except (NotImplementedError, AttributeError, RuntimeError):
+        for sig in sigs:
+            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(fire))
+        return "signal"
 
 
 def _serve(server: Server) -> None:
     async def run() -> None:
-        stop = asyncio.get_running_loop().create_future()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(
-                sig, lambda: stop.done() or stop.set_result(None)
-            )
+        loop = asyncio.get_running_loop()
+        stop = loop.create_future()
+        on_stop_signals(loop, stop)
         await server.serve(stop)
 
     asyncio.run(run())

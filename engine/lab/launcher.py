@@ -14,7 +14,7 @@ What it decides for a classroom:
   generated and printed here. Students are viewers; the presenter types the token in the page.
 
 Environment (for Docker and scripts): ``FLUXO_MODEL``, ``FLUXO_HOST``, ``FLUXO_ENGINE_PORT``,
-``FLUXO_PAGE_PORT``, ``FLUXO_TOKEN``, ``FLUXO_DEVICE``.
+``FLUXO_PAGE_PORT``, ``FLUXO_TOKEN``, ``FLUXO_DEVICE``, ``FLUXO_MAX_OPEN``, ``FLUXO_RATE_LIMIT``.
 """
 
 from __future__ import annotations
@@ -60,9 +60,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="open the page in the default browser, started on the page's cores",
     )
     ap.add_argument(
+        "--max-open",
+        type=int,
+        default=_env_num("FLUXO_MAX_OPEN", int),
+        help="open requests per student (or FLUXO_MAX_OPEN; loopback tools and the presenter "
+        "are not held to it)",
+    )
+    ap.add_argument(
+        "--rate-limit",
+        type=float,
+        default=_env_num("FLUXO_RATE_LIMIT", float),
+        help="requests/s per student (or FLUXO_RATE_LIMIT)",
+    )
+    ap.add_argument(
         "--timeout", type=float, default=300.0, help="seconds to wait for both to come up"
     )
     return ap.parse_args(argv)
+
+
+def _env_num(name: str, kind: type):
+    """A number from the environment, or None (the engine's own default then applies)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
 
 
 def commands(
@@ -86,8 +110,11 @@ def commands(
         engine += ["--device", args.device]
     if split.pinned and split.page_cpus:
         engine += ["--cpus", ",".join(map(str, split.engine_cpus))]
-    if token:
-        engine += ["--token", token]
+    for flag, value in (("--max-open", args.max_open), ("--rate-limit", args.rate_limit)):
+        if value is not None:
+            engine += [flag, str(value)]
+    # the token travels in the children's environment (FLUXO_TOKEN), never on a command line
+    # that `ps` shows every user of the machine
     page = [
         sys.executable,
         "-m",
@@ -153,9 +180,8 @@ def start(
     if token is None and args.host not in LOOPBACK:
         token = secrets.token_urlsafe(12)
     engine_cmd, page_cmd = commands(args, split, token)
-    env = dict(
-        os.environ, FLUXO_ENGINE_URL=f"ws://127.0.0.1:{args.engine_port}", PYTHONPATH=str(ROOT)
-    )
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, FLUXO_ENGINE_URL=f"ws://127.0.0.1:{args.engine_port}", PYTHONPATH=path)
     if token:
         env["FLUXO_TOKEN"] = token
     else:
