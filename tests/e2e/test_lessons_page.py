@@ -24,7 +24,7 @@ TEACHER_ONLY = (
     "Common misconceptions",
     "Concepções erradas comuns",
     "Expected numbers on the Live page",
-    "Números esperados na página Live",
+    "Números esperados na página Ao vivo",
 )
 
 

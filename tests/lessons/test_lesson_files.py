@@ -66,7 +66,7 @@ TEACHER_SECTIONS = {
         "## Preveja antes de clicar",
         "## Gabarito",
         "## Concepções erradas comuns",
-        "## Números esperados na página Live",
+        "## Números esperados na página Ao vivo",
         "## Tempo",
         "## Figura para os slides",
         "<!-- measured -->",
