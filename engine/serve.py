@@ -20,7 +20,9 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.errors import DeviceUnavailable
 from engine.lab import scenario
-from engine.server.server import Comparison, Limits, Server
+from engine.server.server import Comparison, Limits, Origins, Server
+
+SMOLLM2_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what vLLM-style clients send as model
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -40,7 +42,36 @@ def _network_args(ap: argparse.ArgumentParser) -> None:
         help="OpenAI-compatible HTTP API port (default: --port + 1; 0: off)",
     )
     ap.add_argument(
-        "--token", default=os.environ.get("FLUXO_TOKEN"), help="presenter token (or FLUXO_TOKEN)"
+        "--token",
+        default=os.environ.get("FLUXO_TOKEN"),
+        help="presenter token (or FLUXO_TOKEN); an empty one counts as none",
+    )
+    ap.add_argument(
+        "--page-port",
+        type=int,
+        action="append",
+        default=None,
+        help="the lab page's port, whose origins may connect (repeatable; default: "
+        "FLUXO_PAGE_PORT or 8501); a page on this machine's loopback may use any port",
+    )
+    ap.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        help="another browser origin that may connect, e.g. https://lab.school.example behind a "
+        "reverse proxy (repeatable; also FLUXO_ALLOW_ORIGINS, comma-separated)",
+    )
+    ap.add_argument(
+        "--cors-any-origin",
+        action="store_true",
+        help="let a page of any origin read the HTTP API (Access-Control-Allow-Origin: *), for a "
+        "browser front end on a machine of your own; never in a classroom",
+    )
+    ap.add_argument(
+        "--served-model-name",
+        default=None,
+        help="the model's name in the HTTP API and hello (default: smollm2, tiny, or the "
+        "checkpoint folder's name); SmolLM2's Hugging Face id is accepted too",
     )
 
 
@@ -79,19 +110,28 @@ def _scheduler_args(ap: argparse.ArgumentParser) -> None:
 def _limit_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--queue-limit", type=int, default=Limits().queue_limit)
     ap.add_argument(
-        "--max-open", type=int, default=Limits().max_open_requests, help="open requests per client"
+        "--max-open",
+        type=int,
+        default=Limits().max_open_requests,
+        help="open requests per student address",
     )
     ap.add_argument(
         "--rate-limit",
         type=float,
         default=Limits().max_requests_per_s,
-        help="requests/s per client",
+        help="requests/s per student address",
     )
     ap.add_argument(
         "--history",
         type=int,
         default=20_000,
         help="step records kept for late subscribers and export",
+    )
+    ap.add_argument(
+        "--max-conns",
+        type=int,
+        default=Limits().max_connections_per_address,
+        help="websocket connections per student address (this machine and presenters: no cap)",
     )
 
 
@@ -176,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # not one line per connection
 
-    token = args.token
+    token = args.token or None  # "--token ''" or "FLUXO_TOKEN=" is no token: never presenter by ""
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         token = secrets.token_urlsafe(12)
         print(f"presenter token (bound to {args.host}, control needs it): {token}", flush=True)
@@ -191,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         queue_limit=args.queue_limit,
         max_open_requests=args.max_open,
         max_requests_per_s=args.rate_limit,
+        max_connections_per_address=args.max_conns,
     )
     http_port = (
         (args.port + 1 if args.port else 0) if args.http_port is None else (args.http_port or None)
@@ -199,15 +240,20 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_calibrate:
         took = engine.calibrate()
         print(f"cost model calibrated on quiet steps in {took:.1f} s", flush=True)
+    page_ports = args.page_port or [int(os.environ.get("FLUXO_PAGE_PORT") or 8501)]
+    allow = args.allow_origin + os.environ.get("FLUXO_ALLOW_ORIGINS", "").split(",")
+    served = args.served_model_name or os.path.basename(os.path.normpath(args.model))
     server = Server(
         engine,
         args.host,
         args.port,
         token,
         limits,
-        model_name=args.model,
+        model_name=served,
         http_port=http_port,
         comparison=Comparison(scenario.compare, tuple(scenario.WORKLOADS)),
+        origins=Origins.build(args.host, page_ports, allow, cors_any=args.cors_any_origin),
+        model_aliases=(SMOLLM2_HF_ID,) if args.model == "smollm2" else (),
     )
     if http_port:  # (an ephemeral port is logged once bound)
         host = f"[{args.host}]" if ":" in args.host else args.host

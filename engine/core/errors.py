@@ -27,8 +27,21 @@ class InvalidSampling(FluxoError):
     code = "invalid_sampling"
 
 
+class InvalidTokenIds(FluxoError):
+    """A prompt given as token ids holds one that is not an integer in ``[0, vocab)``."""
+
+    code = "invalid_token_ids"
+
+
 class KVBudgetTooSmall(FluxoError):
     code = "kv_budget_too_small"
+
+
+class KVOverMemory(FluxoError):
+    """A KV pool (``kv_blocks``) larger than the machine's free memory could hold: refused before
+    the cache is resized, never an out-of-memory kill."""
+
+    code = "kv_over_memory"
 
 
 class UnknownMode(FluxoError):

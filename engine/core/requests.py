@@ -12,6 +12,7 @@ from engine.core.config import EngineConfig
 from engine.core.errors import (
     EmptyPrompt,
     InvalidMaxTokens,
+    InvalidTokenIds,
     InvalidSampling,
     KVBudgetTooSmall,
     PromptTooLong,
@@ -41,7 +42,7 @@ def check_token_ids(token_ids: list[int], vocab: int) -> None:
     if not token_ids:
         raise EmptyPrompt("the prompt has no tokens")
     if not all(is_int(t) and 0 <= t < vocab for t in token_ids):
-        raise EmptyPrompt(f"token ids must be integers in [0, {vocab})")
+        raise InvalidTokenIds(f"token ids must be integers in [0, {vocab})")
 
 
 def check_params(

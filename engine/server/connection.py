@@ -1,8 +1,10 @@
 """One websocket client's side of the server: its limits, its outbox and writer task.
 
-Its own replies and streams are never dropped (a client that stops reading them is disconnected);
-``state``/``metrics`` keep only the newest; telemetry goes through a small buffer that drops the
-oldest records and says how many (``skipped`` in the next ``step`` message).
+Its own replies and streams are never dropped (a client that stops reading them is disconnected
+once its unread messages pass a count or a byte budget); ``state``/``metrics`` keep only the
+newest; telemetry goes through a small buffer that drops the oldest records and says how many
+(``skipped`` in the next ``step`` message). Per-address limits live in ``guard.Peers``; each
+connection holds its address's ``Peer``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from engine.core.engine import Engine
 from engine.core.metrics import inter_token_latencies, median
 from engine.core.sequence import Event, Sequence
 from engine.server import protocol
+from engine.server.guard import Peer
 from engine.server.protocol import dumps
 
 log = logging.getLogger("fluxo.server")
@@ -38,19 +41,28 @@ class Comparison:
 
 @dataclass(slots=True)
 class Limits:
-    """Per-client and server-wide limits. The defaults hold a class of 60: every browser session
-    is a client of its own (4 open requests each), and the queue has room for all of them."""
+    """Per-address and server-wide limits. The defaults hold a class of 60: every student's
+    address gets 4 open requests, and the queue has room for all of them. This machine's own
+    loopback (the page, the teacher's browser, load tools) and presenters are exempt from the
+    per-address caps (``engine/server/guard.py``)."""
 
     max_message_bytes: int = 64 * 1024
-    max_open_requests: int = 4  # per client
+    max_open_requests: int = 4  # per address (websocket chats and HTTP completions together)
     max_requests_per_s: float = (
-        10.0  # per client: a token bucket with a burst of twice that (at least 1)
+        10.0  # per address: a token bucket with a burst of twice that (at least 1)
     )
     queue_limit: int = 256  # requests waiting for a slot, all clients together (60 x 4 = 240)
     subscriber_buffer: int = 64  # step records a slow subscriber may lag before the oldest drop
     max_outbox: int = 20_000  # unread replies/stream messages before a client is disconnected
+    max_outbox_bytes: int = 32 << 20  # unread bytes before a viewer is disconnected (8x presenter)
     abuse_errors: int = 2_000  # errors in 10 s before a client is disconnected
     history: int = 300  # default steps sent on subscribe
+    max_history: int = 2_000  # most steps a viewer's subscribe sends (a presenter: all kept)
+    history_per_s: float = 1.0  # a viewer's subscribes with history a second (burst of 2)
+    export_interval_s: float = 10.0  # one export per address this often (presenters: no limit)
+    max_connections_per_address: int = 16  # websockets of one student's address
+    max_http_connections_per_address: int = 32  # HTTP connections of one student's address
+    http_request_s: float = 30.0  # one deadline for an HTTP request's head and body
     metrics_window_s: float = 30.0
     queue_report_s: float = 0.5  # how often a waiting request's place in the queue is re-sent
     keepalive_s: float = 20.0  # ping interval; a client that answers no ping for as long is dropped
@@ -80,19 +92,37 @@ class Connection:
     skipped: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     bucket: protocol.TokenBucket = field(default_factory=protocol.TokenBucket)
+    history_bucket: protocol.TokenBucket = field(default_factory=protocol.TokenBucket)
+    peer: Peer | None = None  # its address's counters (guard.Peers)
     errors: deque[float] = field(default_factory=deque)
     closed: bool = False
+    out_bytes: int = 0  # unread bytes in ``out``
+    export_pending: bool = False  # an export answer is queued and not written yet
+    abusive: bool = False  # said once: over the abuse line
+
+    @property
+    def exempt(self) -> bool:
+        """Not held to a student's per-address caps: a presenter, or this machine's loopback."""
+        return self.presenter or (self.peer is not None and self.peer.own)
 
     def send(self, msg: dict[str, Any]) -> None:
+        if not self.closed:
+            self.send_text(dumps(msg))
+
+    def send_text(self, text: str) -> None:
+        """A reply already serialised (large ones are, off the event loop)."""
         if self.closed:
             return
-        self.out.append(dumps(msg))
+        self.out.append(text)
+        self.out_bytes += len(text)
         self.wake.set()
-        if len(self.out) > self.limits.max_outbox:
+        budget = self.limits.max_outbox_bytes * (8 if self.presenter else 1)
+        if len(self.out) > self.limits.max_outbox or self.out_bytes > budget:
             log.warning(
-                "client %s does not read its stream (%d unread); disconnecting",
+                "client %s does not read its stream (%d unread, %d bytes); disconnecting",
                 self.id,
                 len(self.out),
+                self.out_bytes,
             )
             self.closed = True
             self.ws.transport.abort()
@@ -110,9 +140,6 @@ class Connection:
         self.tele.append((kind, text))
         self.wake.set()
 
-    def take_request_token(self) -> bool:
-        return self.bucket.take(self.limits.max_requests_per_s)
-
     def count_error(self) -> bool:
         """Record an error; True when the client has crossed the abuse line."""
         now = time.monotonic()
@@ -128,6 +155,9 @@ class Connection:
             while self.out or self.latest or self.tele:
                 if self.out:
                     text = self.out.popleft()
+                    self.out_bytes -= len(text)
+                    if text.startswith('{"type":"export"'):
+                        self.export_pending = False
                 elif self.latest:
                     text = self.latest.pop(next(iter(self.latest)))
                 else:
@@ -152,7 +182,8 @@ class Connection:
         if ref is not None:
             msg["ref"] = ref
         self.send(msg)
-        if self.count_error():
+        if self.count_error() and not self.abusive:
+            self.abusive = True  # one warning and one close per connection, however many follow
             log.warning(
                 "client %s sent over %d bad messages in 10 s; disconnecting",
                 self.id,
@@ -186,6 +217,9 @@ def deliver(conn: Any, seq: Sequence, event: Event) -> None:
         entry["n"] += 1
         return
     del conn.open[seq.id]
+    peer = getattr(conn, "peer", None)  # a websocket's address: one open request fewer
+    if peer is not None:
+        peer.open -= 1
     if event.kind == "error":
         conn.send(
             {

@@ -1,6 +1,8 @@
 """A small asyncio HTTP/1.1 connection: request heads and bodies read with limits (head size,
-Content-Length, ``Expect: 100-continue``), plain and chunked server-sent-event responses, and a
-watch for a client that closes while its request runs.
+Content-Length, ``Expect: 100-continue``, one deadline for a request's head and body together, so
+a trickled request cannot hold a connection), plain and chunked server-sent-event responses
+(CORS only for an allowed origin; ``Retry-After`` on every 429 and 503), and a watch for a client
+that closes while its request runs.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from typing import Any
 
 from engine.core.errors import FluxoError
 from engine.server import protocol
-from engine.server.openai_shapes import BadRequest, LengthRequired, error_body
+from engine.server.openai_shapes import BadRequest, LengthRequired, RequestTimeout, error_body
 
 MAX_HEAD_BYTES = 16 * 1024  # request line + headers
-BODY_S = 30.0  # time to send a whole body
+REQUEST_S = 30.0  # time to send a request's head and body, from its first byte
+IDLE_S = 75.0  # a keep-alive connection with no request for this long is closed
+RETRY_AFTER_S = {"too_many_connections": 5}  # Retry-After of a 429/503 answer (default 1 s)
 STALL_S = 60.0  # a stream whose client reads nothing this long is dropped (its request cancelled)
 
 
@@ -47,26 +51,50 @@ class Request:
 
 class Conn:
     def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_body: int
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_body: int,
+        request_s: float = REQUEST_S,
     ) -> None:
         self.reader, self.writer = reader, writer
         self.max_body = max_body
+        self.request_s = request_s
+        self.deadline = float("inf")  # when the request being read must have arrived whole
         self.buf = bytearray()
         peer = writer.get_extra_info("peername")
         self.ip = peer[0] if isinstance(peer, tuple) and peer else "unknown"
         self.chunked = False  # the response in progress uses chunked transfer coding
+        self.cors: str | None = None  # Access-Control-Allow-Origin of this request's answer
 
     async def _fill(self) -> bool:
         data = await self.reader.read(65536)
         self.buf += data
         return bool(data)
 
-    async def read_request(self) -> Request | None:
-        """The next request, or None when the client closed between requests."""
+    async def _fill_by_deadline(self) -> bool:
+        left = self.deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            return await asyncio.wait_for(self._fill(), left)
+        except TimeoutError:
+            raise RequestTimeout(
+                f"the request did not arrive whole within {self.request_s:g} s"
+            ) from None
+
+    async def read_request(self, idle_s: float = IDLE_S) -> Request | None:
+        """The next request, or None when the client closed between requests. The first byte
+        may take ``idle_s`` (keep-alive); from then on the head and the body share one deadline."""
+        self.deadline = float("inf")
+        if not self.buf:
+            if not await asyncio.wait_for(self._fill(), idle_s):
+                return None
+        self.deadline = time.monotonic() + self.request_s
         while (end := self.buf.find(b"\r\n\r\n")) < 0:
             if len(self.buf) > MAX_HEAD_BYTES:
                 raise protocol.MessageTooLarge(f"the request head is over {MAX_HEAD_BYTES} bytes")
-            if not await self._fill():
+            if not await self._fill_by_deadline():
                 if self.buf.strip():
                     raise BadRequest("the connection closed in the middle of a request head")
                 return None
@@ -97,7 +125,7 @@ class Conn:
             if req.method == "POST":
                 raise LengthRequired("a POST needs a Content-Length header")
             return
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdigit()):  # '²'.isdigit() is True, int('²') fails
             raise BadRequest(f"Content-Length must be a number of bytes, got {protocol._show(raw)}")
         length = int(raw)
         expect = req.headers.get("expect", "").lower() == "100-continue" and length > len(self.buf)
@@ -110,14 +138,14 @@ class Conn:
                 raise TooLargeClose(message)
             # a modest excess is read and dropped: the connection stays
             while len(self.buf) < length:
-                if not await asyncio.wait_for(self._fill(), BODY_S):
+                if not await self._fill_by_deadline():
                     raise Gone()
             del self.buf[:length]
             raise protocol.MessageTooLarge(message)
         if expect:
             self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         while len(self.buf) < length:
-            if not await asyncio.wait_for(self._fill(), BODY_S):
+            if not await self._fill_by_deadline():
                 raise Gone()
         req.body = bytes(self.buf[:length])
         del self.buf[:length]
@@ -140,9 +168,12 @@ class Conn:
             f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
             f"Date: {email.utils.formatdate(usegmt=True)}",
             "Server: fluxo",
-            "Access-Control-Allow-Origin: *",
             f"Connection: {'keep-alive' if keep else 'close'}",
         ]
+        if self.cors:
+            lines += [f"Access-Control-Allow-Origin: {self.cors}", "Vary: Origin"]
+        if status in (429, 503) and not any(k == "Retry-After" for k, _ in headers):
+            lines.append("Retry-After: 1")
         lines += [f"{k}: {v}" for k, v in headers]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
@@ -160,7 +191,9 @@ class Conn:
 
     async def send_error(self, exc: FluxoError, keep: bool) -> None:
         status, body = error_body(exc.code, exc.message, getattr(exc, "param", None))
-        extra = [("Allow", "GET, POST, OPTIONS")] if status == 405 else None
+        extra = [("Allow", "GET, POST, OPTIONS")] if status == 405 else []
+        if status in (429, 503):
+            extra.append(("Retry-After", str(RETRY_AFTER_S.get(exc.code, 1))))
         await self.send(status, body, "application/json", keep, extra)
 
     async def start_events(self, req: Request) -> bool:

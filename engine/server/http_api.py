@@ -11,19 +11,25 @@ Two ports, one set of answers:
 
 A completion goes through ``Server.submit_for``: the same engine, the same queue limit, the same
 per-burst hand-off of token events and the same telemetry as a websocket chat; its requests are
-tagged ``http:<peer address>`` in the records, and the per-client limits (open requests,
-requests/s) apply per peer address. A closed connection cancels its request, which frees its KV
-blocks at the next step boundary. Every error is ``{"error": {"message", "type", "param", "code"}}``
-with Fluxo's stable code and an HTTP status from ``STATUS``.
+tagged ``http:<alias>`` in the records (a short stable alias of the peer address, never the
+address), and the per-address limits of ``Server.admit`` apply (open requests, requests/s, the
+fair share of the queue, connections); this machine's loopback and a client presenting the
+presenter token as ``Authorization: Bearer`` are exempt from a student's caps. Every request's
+``Host`` and ``Origin`` are checked first (``guard.Origins``), and CORS answers name the allowed
+origin (``*`` only with ``--cors-any-origin``). A closed connection cancels its request, which
+frees its KV blocks at the next step boundary. Every error is ``{"error": {"message", "type",
+"param", "code"}}`` with Fluxo's stable code and an HTTP status from ``STATUS``; 429 and 503
+answers carry ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import hmac
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,7 +38,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 from engine.core.errors import FluxoError
-from engine.server import prom, protocol
+from engine.server import guard, prom, protocol
 from engine.server.completions import (
     Coded,
     Generation,
@@ -56,7 +62,6 @@ __all__ = ["STATUS", "HttpApi", "StopCutter"]
 log = logging.getLogger("fluxo.http")
 
 MAX_CONNECTIONS = 1024
-IDLE_S = 75.0  # a keep-alive connection with no request for this long is closed
 
 
 @dataclass(slots=True)
@@ -64,18 +69,6 @@ class Reply:
     status: int
     body: bytes
     ctype: str = "application/json"
-
-
-@dataclass(slots=True)
-class _Peer:
-    """Per-client limits for one peer address: open requests and a token bucket, as for a
-    websocket connection."""
-
-    open: int = 0
-    bucket: protocol.TokenBucket = field(default_factory=protocol.TokenBucket)
-
-    def take(self, rate: float) -> bool:
-        return self.bucket.take(rate)
 
 
 # -- the API ---------------------------------------------------------------------------------------
@@ -88,9 +81,11 @@ class HttpApi:
         self.engine = server.engine
         self.limits = server.limits
         self.model_id = server.model_name
+        self.model_ids = {server.model_name, *getattr(server, "model_aliases", ())}
         self.created = int(time.time())
         self.metrics = prom.Metrics(self.engine, self.model_id, extra=self._gauges)
-        self.peers: dict[str, _Peer] = {}
+        self.peers: guard.Peers = server.peers
+        self._named: set[str] = set()  # addresses whose alias the log has given
         self.in_flight = 0
         self.url: str | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -168,7 +163,7 @@ class HttpApi:
         if path == "/v1/models":
             return Reply(200, protocol.dumps({"object": "list", "data": [self._model()]}).encode())
         if path.startswith("/v1/models/"):
-            if path[len("/v1/models/") :] == self.model_id:
+            if path[len("/v1/models/") :] in self.model_ids:
                 return Reply(200, protocol.dumps(self._model()).encode())
             return Reply(
                 *error_body(
@@ -195,23 +190,55 @@ class HttpApi:
         reply = self.get(path)
         if reply is None:
             return None
+        return self._response(reply, self.cors_for(request.headers.get("Origin")))
+
+    def _response(self, reply: Reply, cors: str | None = None) -> Response:
         headers = Headers(
             [
                 ("Date", email.utils.formatdate(usegmt=True)),
                 ("Connection", "close"),
                 ("Content-Length", str(len(reply.body))),
                 ("Content-Type", reply.ctype),
-                ("Access-Control-Allow-Origin", "*"),
             ]
         )
+        if cors:
+            headers["Access-Control-Allow-Origin"] = cors
+            headers["Vary"] = "Origin"
+        if reply.status in (429, 503):
+            headers["Retry-After"] = "1"
         return Response(reply.status, HTTPStatus(reply.status).phrase, headers, reply.body)
+
+    def refuse(self, message: str) -> Response:
+        """403 ``forbidden_origin`` before a handshake (the websocket port)."""
+        return self._response(Reply(*error_body(protocol.ForbiddenOrigin.code, message)))
+
+    def cors_for(self, origin: str | None) -> str | None:
+        """What ``Access-Control-Allow-Origin`` names: the allowed origin that asked, ``*`` only
+        with ``--cors-any-origin``, else nothing (a page elsewhere cannot read the answer)."""
+        if self.server.origins.cors_any:
+            return "*"
+        return (
+            origin if origin is not None and self.server.origins.origin_ok(origin, None) else None
+        )
 
     # -- the sibling port -----------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._tasks.add(task)
-        conn = Conn(reader, writer, self.limits.max_message_bytes)
+        conn = Conn(reader, writer, self.limits.max_message_bytes, self.limits.http_request_s)
+        peer = self.peers.get(guard.peer_key(conn.ip, None))
+        peer.http_conns += 1
         try:
+            cap = self.limits.max_http_connections_per_address
+            if not peer.own and peer.http_conns > cap:
+                await conn.send_error(
+                    protocol.TooManyConnections(
+                        f"this address has {peer.http_conns - 1} HTTP connections open (limit "
+                        f"{cap}); reuse one (keep-alive) or close some"
+                    ),
+                    False,
+                )
+                return
             if len(self._tasks) > MAX_CONNECTIONS:
                 await conn.send_error(
                     protocol.Busy(f"over {MAX_CONNECTIONS} HTTP connections"), False
@@ -220,7 +247,7 @@ class HttpApi:
             while True:
                 keep = False
                 try:
-                    req = await asyncio.wait_for(conn.read_request(), IDLE_S)
+                    req = await conn.read_request()
                     if req is None:
                         return
                     keep = req.keep_alive
@@ -245,6 +272,7 @@ class HttpApi:
         except Exception:  # noqa: BLE001 - one broken connection, never the server
             log.exception("HTTP connection from %s failed", conn.ip)
         finally:
+            peer.http_conns -= 1
             self._tasks.discard(task)
             writer.close()
 
@@ -253,7 +281,16 @@ class HttpApi:
         keep = req.keep_alive
         path = urlsplit(req.path).path
         try:
-            if req.method == "OPTIONS":  # a browser's CORS preflight
+            host, origin = req.headers.get("host"), req.headers.get("origin")
+            conn.cors = self.cors_for(origin)
+            if not self.server.origins.host_ok(host):
+                raise protocol.ForbiddenOrigin(f"Host {protocol._show(host)} is not this machine")
+            if not (self.server.origins.cors_any or self.server.origins.origin_ok(origin, host)):
+                raise protocol.ForbiddenOrigin(
+                    f"a page of {protocol._show(origin)} may not use this lab's API "
+                    "(--allow-origin adds one)"
+                )
+            if req.method == "OPTIONS":  # a browser's CORS preflight (allowed origins only)
                 await conn.send(
                     204,
                     b"",
@@ -294,41 +331,37 @@ class HttpApi:
 
     async def _completion(self, conn: Conn, req: Request, kind: str) -> bool:
         args = parse_body(req.body, kind)
-        if args.model is not None and args.model != self.model_id:
+        if args.model is not None and args.model not in self.model_ids:
             exc = ModelNotFound(
                 f"no model {args.model!r} here; this server serves {self.model_id!r}"
             )
             exc.param = "model"  # type: ignore[attr-defined]
             raise exc
         token_ids, max_tokens = prompt_and_max(self.engine, args)
-        key = f"http:{conn.ip}"
+        key = guard.peer_key(conn.ip, req.headers.get("x-forwarded-for"))
         peer = self.peers.get(key)
-        if peer is None:
-            if len(self.peers) > 4096:  # forget idle peers
-                self.peers = {k: p for k, p in self.peers.items() if p.open}
-            peer = self.peers[key] = _Peer()
-        if peer.open >= self.limits.max_open_requests:
-            raise protocol.TooManyRequests(
-                f"{key} already has {peer.open} open requests "
-                f"(limit {self.limits.max_open_requests})"
-            )
-        if not peer.take(self.limits.max_requests_per_s):
-            raise protocol.RateLimited(
-                f"over {self.limits.max_requests_per_s:g} requests/s from {key}; slow down"
-            )
+        presenter = self._bearer_presents(req)
+        self.server.admit(peer, presenter or peer.own, presenter)
+        tag = f"http:{self.peers.alias(key)}"
+        if key not in self._named and not peer.own:
+            self._named.add(key)  # the presenter's terminal alone learns who an alias is
+            log.info("HTTP client %s is %s in the records", key, tag)
         stream = Stream()
-        handle = self.server.submit_for(
-            stream,
-            key,
-            token_ids=token_ids,
-            max_new_tokens=max_tokens,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            seed=args.seed,
-            ignore_eos=args.ignore_eos,
-        )
+        try:
+            handle = self.server.submit_for(
+                stream,
+                tag,
+                token_ids=token_ids,
+                max_new_tokens=max_tokens,
+                temperature=args.temperature,
+                top_p=args.top_p,
+                seed=args.seed,
+                ignore_eos=args.ignore_eos,
+            )
+        except BaseException:
+            peer.open -= 1
+            raise
         gen = Generation(self.engine, stream, handle.id, args, len(token_ids))
-        peer.open += 1
         self.in_flight += 1
         watcher = asyncio.create_task(conn.watch(stream))
         try:
@@ -342,3 +375,12 @@ class HttpApi:
             gen.close()
             peer.open -= 1
             self.in_flight -= 1
+
+    def _bearer_presents(self, req: Request) -> bool:
+        """``Authorization: Bearer <presenter token>``: a teacher's load tool, exempt from a
+        student's caps. Any other bearer (the ``openai`` client always sends one) is ignored."""
+        token = self.server.token
+        auth = req.headers.get("authorization", "")
+        if token is None or not auth.lower().startswith("bearer "):
+            return False
+        return hmac.compare_digest(auth[7:].strip().encode(), token.encode())

@@ -39,6 +39,12 @@ class LengthRequired(FluxoError):
     code = "length_required"
 
 
+class RequestTimeout(FluxoError):
+    """A request's head and body did not arrive within one deadline (a trickled body)."""
+
+    code = "request_timeout"
+
+
 class BadRequest(FluxoError):
     """The HTTP framing itself is wrong (request line, headers, Content-Length)."""
 
@@ -50,6 +56,7 @@ class BadRequest(FluxoError):
 STATUS: dict[str, tuple[int, str]] = {
     # the engine
     "empty_prompt": (400, "invalid_request_error"),
+    "invalid_token_ids": (400, "invalid_request_error"),
     "prompt_too_long": (400, "invalid_request_error"),
     "invalid_max_tokens": (400, "invalid_request_error"),
     "invalid_sampling": (400, "invalid_request_error"),
@@ -60,6 +67,7 @@ STATUS: dict[str, tuple[int, str]] = {
     ),
     "unknown_mode": (400, "invalid_request_error"),
     "invalid_config": (400, "invalid_request_error"),
+    "kv_over_memory": (422, "invalid_request_error"),
     "unknown_request": (404, "not_found_error"),
     "step_failed": (500, "server_error"),
     "internal": (500, "server_error"),
@@ -79,6 +87,9 @@ STATUS: dict[str, tuple[int, str]] = {
     "too_many_requests": (429, "rate_limit_error"),
     "rate_limited": (429, "rate_limit_error"),
     "busy": (503, "overloaded_error"),
+    "fair_share": (429, "rate_limit_error"),
+    "too_many_connections": (429, "rate_limit_error"),
+    "forbidden_origin": (403, "permission_error"),
     "not_paused": (409, "conflict_error"),
     "nothing_to_run": (409, "conflict_error"),
     "compare_running": (409, "conflict_error"),
@@ -90,6 +101,7 @@ STATUS: dict[str, tuple[int, str]] = {
     "unsupported": (400, "invalid_request_error"),
     "length_required": (411, "invalid_request_error"),
     "bad_request": (400, "invalid_request_error"),
+    "request_timeout": (408, "invalid_request_error"),
 }
 
 

@@ -1,5 +1,6 @@
 """The presenter's messages (``docs/protocol.md``): control, pause, resume, step, traffic,
-reset and compare, and the traffic generator's task. A mixin of ``Server``."""
+reset and compare, and the traffic generator's task. A mixin of ``Server``. A ``kv_blocks`` the
+machine's memory cannot hold is refused (``kv_over_memory``) before the cache is resized."""
 
 from __future__ import annotations
 
@@ -7,13 +8,40 @@ import asyncio
 import logging
 import time
 
-from engine.core.errors import FluxoError
+from engine.core.errors import FluxoError, KVOverMemory
 from engine.server import protocol
 from engine.server.connection import Connection
 from engine.workloads.traffic import CLIENT as TRAFFIC_CLIENT
 from engine.workloads.traffic import TrafficParams, TrafficSource
 
 log = logging.getLogger("fluxo.server")
+KV_MEMORY_SHARE = 0.5  # a bigger KV pool may take at most this share of the free memory
+
+
+def check_kv_memory(engine, blocks: int) -> None:
+    """Refuse (``kv_over_memory``) a KV pool the machine cannot hold: growing it allocates the new
+    cache while the old one still lives, so the new one must fit in part of the free memory
+    (``psutil`` on the CPU, the device's own free memory on CUDA)."""
+    cache = getattr(getattr(engine, "runner", None), "cache", None)
+    k = getattr(cache, "k", None)
+    if k is None or blocks + 1 <= cache.num_blocks:
+        return  # no cache to size against, or one already as big: nothing is allocated
+    per_block = 2 * k.element_size() * k.shape[0] * cache.block_size * k.shape[2] * k.shape[3]
+    if k.device.type == "cuda":
+        import torch
+
+        free = torch.cuda.mem_get_info(k.device)[0]
+    else:
+        import psutil
+
+        free = psutil.virtual_memory().available
+    need = (blocks + 1) * per_block
+    if need > KV_MEMORY_SHARE * free:
+        most = max(1, int(KV_MEMORY_SHARE * free // per_block) - 1)
+        raise KVOverMemory(
+            f"kv_blocks {blocks} needs {need / 2**30:.1f} GiB of KV cache; this machine has "
+            f"{free / 2**30:.1f} GiB free (at most about {most} blocks)"
+        )
 
 
 class PresenterMessages:
@@ -24,6 +52,9 @@ class PresenterMessages:
             raise protocol.BadField(
                 "control needs at least one of: " + ", ".join(self.launch_config)
             )
+        if "kv_blocks" in changes:
+            self.engine.config.updated(**changes).validate()  # its own range first
+            check_kv_memory(self.engine, changes["kv_blocks"])
         new = self.engine.reconfigure(**changes)
         self.config_view = new.live()
         self.broadcast_state()

@@ -62,6 +62,24 @@ class Busy(FluxoError):
     code = "busy"
 
 
+class FairShare(FluxoError):
+    """This address holds its fair share of the queue; the others' places are kept for them."""
+
+    code = "fair_share"
+
+
+class TooManyConnections(FluxoError):
+    """This address has as many connections open as one student may."""
+
+    code = "too_many_connections"
+
+
+class ForbiddenOrigin(FluxoError):
+    """A browser page of another origin, or a ``Host`` that is not this machine (DNS rebinding)."""
+
+    code = "forbidden_origin"
+
+
 class NotPaused(FluxoError):
     code = "not_paused"
 

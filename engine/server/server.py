@@ -6,6 +6,10 @@ events, step records) are appended to one pending list and handed to the loop in
 ``call_soon_threadsafe`` per burst. Each connection has a writer task: its own replies and
 streams are never dropped (a client that stops reading them is disconnected), while telemetry
 goes through a small per-subscriber buffer that drops the oldest records and says how many.
+
+Before a handshake the ``Host`` and ``Origin`` are checked (``guard.Origins``: only the lab page's
+own origins); each connection is counted under its address (``guard.Peers``), whose caps
+(connections, open requests, rate, a fair share of the queue) a student cannot pass.
 """
 
 from __future__ import annotations
@@ -27,14 +31,15 @@ from engine.core.engine import Engine
 from engine.core.errors import FluxoError
 from engine.core.metrics import summarize_window
 from engine.core.sequence import Sequence
-from engine.server import http_api, protocol
+from engine.server import guard, http_api, protocol
 from engine.server.connection import Comparison, Connection, Limits, deliver
+from engine.server.guard import Origins, Peers
 from engine.server.presenter import PresenterMessages
 from engine.server.protocol import dumps
 from engine.server.viewer import ViewerMessages
 from engine.workloads.traffic import TrafficParams
 
-__all__ = ["VERSION", "Comparison", "Connection", "Limits", "Server"]
+__all__ = ["VERSION", "Comparison", "Connection", "Limits", "Origins", "Server"]
 
 log = logging.getLogger("fluxo.server")
 VERSION = "1"
@@ -51,13 +56,20 @@ class Server(ViewerMessages, PresenterMessages):
         model_name: str = "smollm2",
         http_port: int | None = None,
         comparison: Comparison | None = None,
+        origins: Origins | None = None,
+        model_aliases: tuple[str, ...] = (),
     ) -> None:
         self.engine = engine
         self.comparison = comparison
         self.host, self.port = host, port
-        self.token = token
+        self.token = token or None  # an empty token is no token: nobody authenticates with ""
         self.limits = limits or Limits()
         self.model_name = model_name
+        self.model_aliases = tuple(a for a in model_aliases if a and a != model_name)
+        self.origins = origins or Origins.build(host)
+        self.peers = Peers()
+        self._broadcast_handle: asyncio.TimerHandle | None = None
+        self._exports: dict[str, tuple[tuple, asyncio.Future]] = {}  # format -> (key, text)
         self.launch_config = engine.config.live()
         self.config_view = dict(self.launch_config)  # as it will be once queued changes apply
         self.conns: set[Connection] = set()
@@ -110,7 +122,7 @@ class Server(ViewerMessages, PresenterMessages):
                 close_timeout=2,
                 ping_interval=self.limits.keepalive_s,
                 ping_timeout=self.limits.keepalive_s,
-                process_request=self.http.process_request,
+                process_request=self._process_request,
             ) as server:
                 self.port = server.sockets[0].getsockname()[1]
                 who = (
@@ -198,15 +210,47 @@ class Server(ViewerMessages, PresenterMessages):
                     conn.send_telemetry(kind, text)
 
     # -- connections ------------------------------------------------------------------------------
+    def _process_request(self, connection, request):
+        """Before the handshake: a ``Host`` of this machine and an allowed ``Origin`` (else 403
+        ``forbidden_origin``); then the plain GETs of the HTTP endpoints."""
+        headers = request.headers
+        host, origin = headers.get("Host"), headers.get("Origin")
+        if not self.origins.host_ok(host):
+            return self.http.refuse(f"Host {protocol._show(host)} is not this machine")
+        if not self.origins.origin_ok(origin, host):
+            return self.http.refuse(
+                f"a page of {protocol._show(origin)} may not use this lab; "
+                f"allowed: {self.origins.describe()} (--allow-origin adds one)"
+            )
+        return self.http.process_request(connection, request)
+
+    def _peer_of(self, ws: ServerConnection) -> guard.Peer:
+        direct = ws.remote_address[0] if ws.remote_address else "unknown"
+        forwarded = ws.request.headers.get("X-Forwarded-For") if ws.request else None
+        return self.peers.get(guard.peer_key(direct, forwarded))
+
+    def _presents(self, peer: guard.Peer, token: str) -> bool:
+        """The presenter token, compared in constant time; wrong ones back off per address."""
+        if self.token is None or self.peers.token_wait(peer) > 0:
+            return False
+        if hmac.compare_digest(token.encode(), self.token.encode()):
+            peer.bad_tokens = 0
+            return True
+        self.peers.wrong_token(peer)
+        return False
+
     async def _handle(self, ws: ServerConnection) -> None:
         self._ids += 1
+        peer = self._peer_of(ws)
         presenter = self.token is None and self.loopback
         query = parse_qs(urlsplit(ws.request.path).query) if ws.request else {}
-        if self.token and hmac.compare_digest(
-            query.get("token", [""])[0].encode(), self.token.encode()
-        ):
+        if "token" in query and self._presents(peer, query["token"][0]):
             presenter = True
-        conn = Connection(f"c{self._ids}", ws, presenter, self.limits)
+        conn = Connection(f"c{self._ids}", ws, presenter, self.limits, peer=peer)
+        if not conn.exempt and peer.conns >= self.limits.max_connections_per_address:
+            await self._refuse_connection(ws, peer)
+            return
+        peer.conns += 1
         self.conns.add(conn)
         writer = asyncio.create_task(conn.writer())
         conn.send(
@@ -232,10 +276,29 @@ class Server(ViewerMessages, PresenterMessages):
         finally:
             conn.closed = True
             self.conns.discard(conn)
+            peer.conns -= 1
+            peer.open -= len(conn.open)  # cancelled below: no longer this address's
+            conn.open.clear()
             writer.cancel()
             cancelled = self.engine.cancel_client(conn.id)
             if cancelled:
                 log.info("client %s left; cancelled %d of its requests", conn.id, cancelled)
+
+    async def _refuse_connection(self, ws: ServerConnection, peer: guard.Peer) -> None:
+        """A student's address over its connection cap: one coded error, then close (1013: try
+        again later), so the page can say why."""
+        limit = self.limits.max_connections_per_address
+        msg = {
+            "type": "error",
+            "code": protocol.TooManyConnections.code,
+            "message": f"this address already has {peer.conns} connections open (limit {limit}); "
+            "close another tab of the lab",
+        }
+        try:
+            await ws.send(dumps(msg))
+            await ws.close(1013, "too_many_connections")
+        except ConnectionClosed:
+            pass
 
     async def _on_message(self, conn: Connection, raw: str | bytes) -> None:
         ref = None
@@ -286,6 +349,16 @@ class Server(ViewerMessages, PresenterMessages):
         for conn in list(self.conns):
             conn.send_latest("state", dumps(self.state(conn)))
 
+    def broadcast_state_soon(self) -> None:
+        """One broadcast for a burst of changes (subscribes): at most ten a second."""
+        if self._broadcast_handle is None:
+
+            def fire() -> None:
+                self._broadcast_handle = None
+                self.broadcast_state()
+
+            self._broadcast_handle = asyncio.get_running_loop().call_later(0.1, fire)
+
     async def _metrics_loop(self) -> None:
         while True:
             await asyncio.sleep(1.0)
@@ -310,10 +383,7 @@ class Server(ViewerMessages, PresenterMessages):
         engine and the per-burst hand-off are the chat's; ``client`` (``open``, ``closed``,
         ``send``)
         receives the protocol's token/done/error messages on the loop."""
-        if self.engine.queue_len() >= self.limits.queue_limit:
-            raise protocol.Busy(
-                f"the queue holds {self.limits.queue_limit} requests; try again shortly"
-            )
+        self.check_queue()
         holder: list[Sequence] = []
         handle = self.engine.submit(
             client=client_id,
@@ -323,3 +393,52 @@ class Server(ViewerMessages, PresenterMessages):
         holder.append(handle.seq)
         client.open[handle.id] = {"ref": None, "n": 0}
         return handle
+
+    # -- per-address admission ------------------------------------------------------------------
+    def check_queue(self) -> None:
+        if self.engine.queue_len() >= self.limits.queue_limit:
+            raise protocol.Busy(
+                f"the queue holds {self.limits.queue_limit} requests; try again shortly"
+            )
+
+    def admit(
+        self,
+        peer: guard.Peer,
+        exempt: bool,
+        presenter: bool,
+        own_open: int | None = None,
+        own_bucket: protocol.TokenBucket | None = None,
+    ) -> None:
+        """A new request from ``peer``'s address, or the coded reason it is refused.
+
+        A student's address: its open requests and its rate. An exempt client (a presenter, this
+        machine's loopback): only its own connection's (``own_open``, ``own_bucket``; an HTTP
+        client has none). Everyone but a presenter: the address's fair share of the queue. Then
+        the queue itself. On success the address has one more open request (the caller's
+        delivery or ``finally`` takes it back)."""
+        lim = self.limits
+        if exempt:
+            if own_open is not None and own_open >= lim.max_open_requests:
+                raise protocol.TooManyRequests(
+                    f"this connection already has {own_open} open requests (limit "
+                    f"{lim.max_open_requests})"
+                )
+            bucket = own_bucket
+        else:
+            if peer.open >= lim.max_open_requests:
+                raise protocol.TooManyRequests(
+                    f"this address already has {peer.open} open requests (limit "
+                    f"{lim.max_open_requests})"
+                )
+            bucket = peer.bucket
+        if bucket is not None and not bucket.take(lim.max_requests_per_s):
+            raise protocol.RateLimited(f"over {lim.max_requests_per_s:g} requests/s; slow down")
+        if not presenter:
+            share = self.peers.fair_share(peer, lim.queue_limit, lim.max_open_requests)
+            if peer.open >= share:
+                raise protocol.FairShare(
+                    f"this address holds {peer.open} open requests, its fair share of the "
+                    f"queue's {lim.queue_limit} places while others wait; try again when some end"
+                )
+        self.check_queue()
+        peer.open += 1

@@ -1,11 +1,13 @@
 """The viewer's messages (``docs/protocol.md``): chat, cancel, subscribe, unsubscribe, auth,
-export, and the ``queued`` reports of each client's waiting requests. A mixin of ``Server``."""
+export, and the ``queued`` reports of each client's waiting requests. A mixin of ``Server``.
+
+A student's chats pass its address's limits (``Server.admit``); subscribes with history, exports
+and wrong tokens have budgets per address, and long answers are serialised off the event loop."""
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-from typing import Any
+import time
 
 from engine.core.errors import UnknownRequest
 from engine.core.sequence import Sequence
@@ -17,31 +19,24 @@ class ViewerMessages:
     # -- viewer messages ---------------------------------------------------------------------------
     async def _on_chat(self, conn: Connection, msg: dict) -> None:
         args = protocol.chat_args(msg, self.engine.config.max_new_tokens_limit)
-        if len(conn.open) >= self.limits.max_open_requests:
-            raise protocol.TooManyRequests(
-                f"this client already has {len(conn.open)} open requests (limit "
-                f"{self.limits.max_open_requests})"
-            )
-        if not conn.take_request_token():
-            raise protocol.RateLimited(
-                f"over {self.limits.max_requests_per_s:g} requests/s; slow down"
-            )
-        if self.engine.queue_len() >= self.limits.queue_limit:
-            raise protocol.Busy(
-                f"the queue holds {self.limits.queue_limit} requests; try again shortly"
-            )
+        # an exempt client is held to its connection's own limits; a student to its address's
+        self.admit(conn.peer, conn.exempt, conn.presenter, len(conn.open), conn.bucket)
         holder: list[Sequence] = []
-        handle = self.engine.submit(
-            messages=args.messages,
-            prompt=args.prompt,
-            max_new_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            seed=args.seed,
-            client=conn.id,
-            ignore_eos=args.ignore_eos,
-            sink=lambda ev: self._from_engine(("event", conn, holder[0], ev)),
-        )
+        try:
+            handle = self.engine.submit(
+                messages=args.messages,
+                prompt=args.prompt,
+                max_new_tokens=args.max_tokens,
+                temperature=args.temperature,
+                top_p=args.top_p,
+                seed=args.seed,
+                client=conn.id,
+                ignore_eos=args.ignore_eos,
+                sink=lambda ev: self._from_engine(("event", conn, holder[0], ev)),
+            )
+        except BaseException:
+            conn.peer.open -= 1
+            raise
         holder.append(handle.seq)
         pos = self.engine.queue_positions().get(handle.id)
         conn.open[handle.id] = {"ref": args.ref, "n": 0, "pos": pos}
@@ -86,17 +81,26 @@ class ViewerMessages:
 
     async def _on_subscribe(self, conn: Connection, msg: dict) -> None:
         n = protocol.get_int(msg, "history", self.limits.history, 0, 100_000)
+        if not conn.presenter:
+            n = min(n, self.limits.max_history)  # a viewer's history is capped, not refused
+            rate = self.limits.history_per_s
+            bucket = conn.history_bucket if conn.exempt else conn.peer.history_bucket
+            if n and not bucket.take(rate):
+                raise protocol.RateLimited(
+                    f"over {rate:g} subscribes with history a second; subscribe again shortly"
+                )
         steps, requests = self.engine.telemetry.snapshot()
         conn.send(self.state(conn))
-        conn.send(
-            {
-                "type": "history",
-                "steps": steps[-n:] if n else [],
-                "requests": requests[-n:] if n else [],
-            }
-        )
+        history = {
+            "type": "history",
+            "steps": steps[-n:] if n else [],
+            "requests": requests[-n:] if n else [],
+        }
+        # a long history is serialised off the event loop: every other client's stream goes on
+        text = await asyncio.to_thread(protocol.dumps, history) if n > 200 else None
+        conn.send_text(text) if text is not None else conn.send(history)
         conn.subscribed = True
-        self.broadcast_state()
+        self.broadcast_state_soon()
 
     async def _on_unsubscribe(self, conn: Connection, msg: dict) -> None:
         conn.subscribed = False
@@ -105,21 +109,71 @@ class ViewerMessages:
 
     async def _on_auth(self, conn: Connection, msg: dict) -> None:
         token = protocol.get_str(msg, "token", "", 1024)
-        if self.token is None:
-            conn.presenter = conn.presenter or self.loopback
-        elif hmac.compare_digest(token.encode(), self.token.encode()):
+        if self.token is None and self.loopback:
+            conn.presenter = True  # the single-laptop default: every (same-origin) client presents
+        elif self.token is None:
+            raise protocol.BadToken("this server has no presenter token: nobody presents")
+        elif wait := self.peers.token_wait(conn.peer):
+            raise protocol.RateLimited(
+                f"too many wrong tokens from this address; try again in {wait:.1f} s"
+            )
+        elif token and self._presents(conn.peer, token):
             conn.presenter = True
         else:
+            if not token:
+                self.peers.wrong_token(conn.peer)
             raise protocol.BadToken("wrong presenter token")
         conn.send(self.state(conn))
 
     async def _on_export(self, conn: Connection, msg: dict) -> None:
+        """The whole telemetry, once per address every ``export_interval_s`` for a student, one
+        unread at a time per connection, built once per recorded state and format off the event
+        loop and shared by every client that asks for the same (one copy in memory)."""
         fmt = msg.get("format", "jsonl")
-        telemetry = self.engine.telemetry
-        if fmt == "jsonl":
-            data: Any = await asyncio.to_thread(telemetry.jsonl)
-        elif fmt == "chrome":
-            data = await asyncio.to_thread(telemetry.chrome_trace)
-        else:
+        if fmt not in ("jsonl", "chrome"):
             raise protocol.BadField(f"format must be jsonl or chrome, got {protocol._show(fmt)}")
-        conn.send({"type": "export", "format": fmt, "data": data})
+        if conn.export_pending:
+            raise protocol.RateLimited("an export is still on its way to you; read it first")
+        now = time.monotonic()
+        if not conn.exempt:
+            wait = conn.peer.export_at + self.limits.export_interval_s - now
+            if wait > 0:
+                raise protocol.RateLimited(
+                    f"one export per address every "
+                    f"{self.limits.export_interval_s:g} s; "
+                    f"try again in {wait:.0f} s"
+                )
+            conn.peer.export_at = now
+        conn.export_pending = True
+        try:
+            text = await self._export_text(fmt)
+        except BaseException:
+            conn.export_pending = False
+            raise
+        conn.send_text(text)
+
+    async def _export_text(self, fmt: str) -> str:
+        telemetry = self.engine.telemetry
+        steps, requests = telemetry.snapshot()
+        key = (
+            id(steps[0]) if steps else None,
+            len(steps),
+            steps[-1]["step"] if steps else None,
+            len(requests),
+        )
+        cached = self._exports.get(fmt)
+        if cached is not None and cached[0] == key:
+            return await asyncio.shield(cached[1])
+
+        def build() -> str:
+            data = telemetry.jsonl() if fmt == "jsonl" else telemetry.chrome_trace()
+            return protocol.dumps({"type": "export", "format": fmt, "data": data})
+
+        future = asyncio.ensure_future(asyncio.to_thread(build))
+        self._exports[fmt] = (key, future)
+        try:
+            return await asyncio.shield(future)
+        except BaseException:
+            if self._exports.get(fmt, (None, None))[1] is future:
+                del self._exports[fmt]
+            raise

@@ -62,7 +62,7 @@ def raw_request(port: int, body: dict, path: str = "/v1/chat/completions") -> so
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
     data = json.dumps(body).encode()
     sock.sendall(
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(data)}\r\n\r\n".encode()
         + data
     )

@@ -34,6 +34,7 @@ EXPECTED_CODES = {
     "forbidden",
     "bad_token",
     "empty_prompt",
+    "invalid_token_ids",
     "prompt_too_long",
     "invalid_max_tokens",
     "invalid_sampling",

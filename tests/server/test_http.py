@@ -59,7 +59,7 @@ def test_openai_client_streamed_and_whole_answers_equal_the_websocket_greedy_ans
     assert usage.prompt_tokens == whole.usage.prompt_tokens == ws_done["stats"]["prompt_tokens"]
     # The same engine and telemetry as websocket chats, tagged by peer.
     records = http_records(server)
-    assert len(records) == 2 and {r["client"] for r in records} == {"http:127.0.0.1"}
+    assert len(records) == 2 and {r["client"] for r in records} == {"http:local"}
     assert all(r["status"] == "finished" and r["output_tokens"] == n_ws for r in records)
     models = api.models.list()
     assert [m.id for m in models.data] == ["smollm2"]

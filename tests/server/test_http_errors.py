@@ -19,6 +19,7 @@ from engine.server import protocol
 from engine.server.http_api import STATUS
 from engine.server.server import Limits, Server
 
+STUDENT = "127.0.0.2"  # another address on this machine's loopback: a student, not exempt
 SMALL = {"max_slots": 4, "kv_blocks": 64, "max_new_tokens_limit": 64}  # the tiny servers here
 
 
@@ -31,9 +32,12 @@ def tiny_server(serve):
 class Http:
     """One keep-alive HTTP/1.1 connection, raw: what any client could send."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, source: str = "127.0.0.1") -> None:
+        """``source``: the client's own loopback address (127.0.0.2 and up: another student)."""
         self.port = int(server.http_url.rsplit(":", 1)[1])
-        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        self.sock = socket.create_connection(
+            ("127.0.0.1", self.port), timeout=30, source_address=(source, 0)
+        )
         self.buf = b""
 
     def send(self, raw: bytes) -> None:
@@ -42,7 +46,7 @@ class Http:
     def request(self, method: str, path: str, body: bytes | None = None, headers: str = "") -> None:
         length = f"Content-Length: {len(body)}\r\n" if body is not None else ""
         self.send(
-            f"{method} {path} HTTP/1.1\r\nHost: t\r\n{headers}{length}\r\n".encode() + (body or b"")
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}{length}\r\n".encode() + (body or b"")
         )
 
     def response(self) -> tuple[int, dict[str, str], bytes]:
@@ -199,14 +203,14 @@ def test_oversized_bodies_413_and_framing_errors(tiny_server):
     # Waiting for 100-continue with an oversized body: refused before the body is sent.
     http = Http(server)
     http.send(
-        b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
         b"Content-Length: 99999\r\n\r\n"
     )
     status, _, payload = http.response()
     openai_error(status, json.loads(payload), 413, "message_too_large")
     # No Content-Length, a chunked body, a broken request line, a header flood.
     for raw, status_code, code in [
-        (b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n\r\n", 411, "length_required"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 411, "length_required"),
         (
             b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             411,
@@ -235,24 +239,24 @@ def test_oversized_bodies_413_and_framing_errors(tiny_server):
 
 
 def test_per_peer_limits_and_queue_limit_answer_429_and_503(tiny_server):
+    # a student's address (127.0.0.2): this machine's own loopback is exempt from these caps
     server = tiny_server(limits=Limits(max_open_requests=2, max_requests_per_s=100, queue_limit=3))
     server.engine.pause()
     try:
-        held = [Http(server) for _ in range(2)]
+        held = [Http(server, STUDENT) for _ in range(2)]
         for h in held:
             body = {"prompt": "ab", "max_tokens": 2, "ignore_eos": True}  # exactly 2 tokens
             h.request("POST", "/v1/completions", json.dumps(body).encode())
         deadline = time.monotonic() + 10
         while server.engine.queue_len() < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-        status, body = Http(server).json(
+        status, body = Http(server, STUDENT).json(
             "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2}
         )
         openai_error(status, body, 429, "too_many_requests")
         for _ in range(2):  # the websocket side fills the queue: one queue for both
             server.engine.submit(prompt="x", max_new_tokens=2, client="other")
-        server.http.peers.clear()  # a fresh peer: only the queue limit stands in the way
-        status, body = Http(server).json(
+        status, body = Http(server).json(  # this machine: only the queue limit stands in the way
             "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2}
         )
         openai_error(status, body, 503, "busy")
@@ -266,7 +270,7 @@ def test_per_peer_limits_and_queue_limit_answer_429_and_503(tiny_server):
     rate = tiny_server(limits=Limits(max_requests_per_s=1, max_open_requests=8))
     rate.engine.pause()
     try:
-        held = [Http(rate) for _ in range(2)]
+        held = [Http(rate, STUDENT) for _ in range(2)]
         for h in held:
             h.request(
                 "POST", "/v1/completions", json.dumps({"prompt": "ab", "max_tokens": 1}).encode()
@@ -275,7 +279,7 @@ def test_per_peer_limits_and_queue_limit_answer_429_and_503(tiny_server):
         while rate.engine.queue_len() < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         for _ in range(2):
-            status, body = Http(rate).json(
+            status, body = Http(rate, STUDENT).json(
                 "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 1}
             )
             openai_error(status, body, 429, "rate_limited")
