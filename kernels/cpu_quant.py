@@ -8,7 +8,7 @@ weight; Q8_0: fp16 d + 32 int8, 34 bytes) and dequantize each block in registers
 F16C), multiplying it into up to 4 fp32 activation rows at a time (``matmul``: the result equals
 ``x @ dequant(W).T`` up to summation order).
 
-The serving path (``qmatmul``, ``decode_step``; ``cpu_quant_decode.cpp``) quantizes activations to
+The serving path (``qmatmul``, ``forward_step``; ``cpu_quant_decode.cpp``) quantizes activations to
 int8 per 32 (llama.cpp's Q8_1: scale max|x|/127 and the block sum) and multiplies blocks with
 integer dot products (``_mm256_maddubs_epi16``), 4 conversions and 4 fmas a block fewer, the
 vocabulary head included. Measured 2026-11-30 (thread CPU time, p10 of 200, 1 thread, machine at
@@ -32,7 +32,9 @@ Then ``python -m engine.bench peer`` and ``roofline`` (2 threads, load 0-2, 13:0
 91.4 vs ``llama-bench`` tg64 65.3 (1.40x); the q4 step at 8 rows 27.8 ms = 0.31 of the 16.9 GB/s
 read roof (1 row 10.7 ms, 0.56). What is left at 8 rows (1-thread profile): the tiles'
 arithmetic ~40 %, attention over the fp32 KV cache ~25 %, the Q8_0 head ~19 %, packing ~11 %.
-``decode_step`` runs every layer, the final norm and the head in one OpenMP region: each
+``forward_step`` runs every layer, the final norm and the head in one OpenMP region, for decode
+rows and prompt-chunk rows alike, each row's numbers independent of the others' (the same
+tokens under any schedule): each
 product's output rows split over the threads, 6 barriers a layer, norms and activation
 quantization repeated per thread instead of a barrier each, SwiGLU and the residual adds in the
 products' epilogues, paged attention over the KV cache in place.
@@ -135,7 +137,7 @@ def unavailable_reason() -> str | None:
 
 
 BYTES = {"q4_1": Q4_1_BYTES, "q8_0": Q8_0_BYTES}
-# decode_step's phases, in cpu_quant_decode.cpp's order (enum Phase)
+# forward_step's phases, in cpu_quant_decode.cpp's order (enum Phase)
 PHASES = ("products", "head", "attention", "norms", "waits")
 
 
@@ -268,7 +270,7 @@ def tile_macs_per_s(fmt: str, threads: int | None = None, iters: int = 200_000) 
     return lib.fluxo_tile_macs_per_s(fmt == "q4_1", iters, n, ctypes.byref(sink))
 
 
-def decode_step(
+def forward_step(
     desc: torch.Tensor,
     dims: torch.Tensor,
     eps_scale: torch.Tensor,
@@ -280,29 +282,35 @@ def decode_step(
     v: torch.Tensor,
     write_slots: torch.Tensor,
     ctx_slots: torch.Tensor,
-    mask: torch.Tensor,
+    ctx_start: torch.Tensor,
+    head_rows: torch.Tensor,
     logits: torch.Tensor,
     phases: torch.Tensor | None = None,
 ) -> None:
-    """One whole decode step in one call (``cpu_quant_decode.cpp``); ``h`` is overwritten with the
-    last hidden state and ``logits`` filled. Every tensor must be contiguous, as
-    ``engine.core.quant.QuantModel.decode`` prepares them (int64 indices, uint8 mask).
-    ``phases``: a float64 ``[threads, len(PHASES)]`` tensor to which each thread adds the seconds it
-    spent in each of ``PHASES`` (the step is otherwise the same)."""
+    """One whole forward step in one call (``cpu_quant_decode.cpp``), for any mix of decode rows
+    and prompt-chunk rows: row ``b`` writes its K/V at ``write_slots[b]`` and attends to the
+    ``positions[b] + 1`` slots of ``ctx_slots`` from ``ctx_start[b]``; ``logits [len(head_rows),
+    vocab]`` is filled for ``head_rows``; ``h`` is overwritten. Every tensor contiguous, int64
+    indices (``engine.core.quant.FusedStep`` prepares them). ``phases``: a float64 ``[threads,
+    len(PHASES)]`` tensor to which each thread adds the seconds it spent in each of ``PHASES``
+    (the step is otherwise the same).
+
+    A build from before this entry (``engine.lab.kernel_ab``'s base revision) has only the
+    decode-only step: there, decode-only batches run through it (``_legacy_decode_step``)."""
     lib = _lib_or_raise()
-    rows, ctx = ctx_slots.shape
     threads = torch.get_num_threads()
     timed = phases is not None
     if timed and (phases.dtype != torch.float64 or phases.shape != (threads, len(PHASES))):
         raise ValueError(f"phases must be float64 [{threads}, {len(PHASES)}]")
-    fn = lib.fluxo_decode_step_phases if timed else lib.fluxo_decode_step
-    extra = (phases.data_ptr(),) if timed else ()
-    fn(
+    if not hasattr(lib, "fluxo_forward_step"):
+        _legacy_decode_step(lib, threads, locals())
+        return
+    lib.fluxo_forward_step(
         desc.data_ptr(),
         dims.data_ptr(),
         eps_scale.data_ptr(),
         h.data_ptr(),
-        rows,
+        h.shape[0],
         positions.data_ptr(),
         cos.data_ptr(),
         sin.data_ptr(),
@@ -311,9 +319,40 @@ def decode_step(
         k.stride(0),
         write_slots.data_ptr(),
         ctx_slots.data_ptr(),
-        mask.data_ptr(),
-        ctx,
+        ctx_start.data_ptr(),
+        head_rows.data_ptr(),
+        head_rows.shape[0],
         logits.data_ptr(),
+        threads,
+        phases.data_ptr() if timed else None,
+    )
+
+
+def _legacy_decode_step(lib: ctypes.CDLL, threads: int, a: dict) -> None:
+    """An older build's ``fluxo_decode_step``: padded ``[B, L]`` context slots and a mask, logits
+    for every row (then those of ``head_rows`` are kept)."""
+    pos, start = a["positions"], a["ctx_start"]
+    rows = pos.shape[0]
+    width = int(pos.max()) + 1 if rows else 1
+    offsets = torch.arange(width)
+    ctx = a["ctx_slots"][(start[:, None] + offsets).clamp(max=a["ctx_slots"].shape[0] - 1)]
+    mask = (offsets[None, :] <= pos[:, None]).to(torch.uint8)
+    full = torch.empty(rows, a["logits"].shape[1], dtype=torch.float32)
+    timed = a["phases"] is not None
+    fn = lib.fluxo_decode_step_phases if timed else lib.fluxo_decode_step
+    extra = (a["phases"].data_ptr(),) if timed else ()
+    k = a["k"]
+    fn(
+        *(a[n].data_ptr() for n in ("desc", "dims", "eps_scale", "h")),
+        rows,
+        *(a[n].data_ptr() for n in ("positions", "cos", "sin", "k", "v")),
+        k.stride(0),
+        a["write_slots"].data_ptr(),
+        ctx.contiguous().data_ptr(),
+        mask.data_ptr(),
+        width,
+        full.data_ptr(),
         threads,
         *extra,
     )
+    a["logits"].copy_(full[a["head_rows"]])

@@ -83,6 +83,11 @@ def load(source: str | None = None, strict: bool = True) -> ctypes.CDLL:
         "fluxo_qmm": ([p, i64, i64, p, p, c_int, i64, p, c_int, c_int], None),
         "fluxo_q4_1_tiles": ([p, i64, i64, p], None),
         "fluxo_q8_0_tiles": ([p, i64, i64, p], None),
+        "fluxo_forward_step": (
+            [p, p, p, p, i64, p, p, p, p, p, i64, p, p, p, p, i64, p, c_int, p],
+            None,
+        ),
+        # older builds' decode-only step (engine.lab.kernel_ab times a revision's kernels)
         "fluxo_decode_step": ([p, p, p, p, i64, p, p, p, p, p, i64, p, p, p, i64, p, c_int], None),
         "fluxo_decode_step_phases": (
             [p, p, p, p, i64, p, p, p, p, p, i64, p, p, p, i64, p, c_int, p],
@@ -91,8 +96,9 @@ def load(source: str | None = None, strict: bool = True) -> ctypes.CDLL:
         "fluxo_int8_macs_per_s": ([i64, c_int, p], ctypes.c_double),
         "fluxo_tile_macs_per_s": ([c_int, i64, c_int, p], ctypes.c_double),
     }
+    legacy = ("fluxo_decode_step", "fluxo_decode_step_phases")
     for name, (args, result) in signatures.items():
-        if not strict and not hasattr(lib, name):
+        if (not strict or name in legacy) and not hasattr(lib, name):
             continue
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, result

@@ -1,6 +1,18 @@
-// Fluxo's quantized decode step on the CPU: every layer, the final norm and the vocabulary head
-// in one call (one OpenMP region). Compiled after kernels/cpu_quant.cpp, cpu_quant_int8.cpp and
-// cpu_quant_tile.cpp (qmm_part) into one library by kernels/cpu_quant.py.
+// Fluxo's quantized forward step on the CPU: every layer, the final norm and the vocabulary head
+// in one call (one OpenMP region), for any rows: decode rows and prompt-chunk rows alike. Compiled
+// after kernels/cpu_quant.cpp, cpu_quant_int8.cpp and cpu_quant_tile.cpp (qmm_part) into one
+// library by kernels/cpu_quant.py.
+//
+// A row is a token at position pos: its K/V is written at write_slots[row], then it attends to the
+// first pos + 1 slots of its context (ctx_slots from ctx_start[row]). A prompt chunk of n tokens is
+// n rows sharing one context list (causal by their lengths), so a step that mixes prefill chunks
+// and decode rows is one call, like a decode-only step. Every K/V of a layer is written before any
+// row of that layer attends (a barrier between).
+//
+// Batch-invariant: a row's numbers never depend on which rows share its step. Its attention runs
+// over its own length only (never the batch's longest context), and its products are computed by
+// the same instructions in the same order at any row count (cpu_quant_tile.cpp's qmm_part). So a
+// greedy run gives the same tokens under every policy, chunk budget, layout and runner.
 
 // -- the whole decode step -------------------------------------------------------------------------
 static void rmsnorm(const float* h, const float* w, int64_t M, int64_t D, float eps, float* out) {
@@ -23,7 +35,7 @@ static inline void rope(float* x, const float* c, const float* s, int64_t d) {
     }
 }
 
-struct Step {  // everything one decode step reads, as the Python side lays it out
+struct Step {  // everything one step reads, as the Python side lays it out
     const int64_t* desc;  // per layer: (blocks, q4?, tiles) of qkv, o, gate_up, down; ln1, ln2;
                           // then the head's (blocks, q4?, tiles), the final norm
     int64_t layers, hidden, heads, kv_heads, head_dim, inter, vocab;
@@ -35,10 +47,12 @@ struct Step {  // everything one decode step reads, as the Python side lays it o
     float *kc, *vc;  // layer 0's [slots, kv_heads, head_dim]; next layer at + layer_stride
     int64_t layer_stride;
     const int64_t* write_slots;  // [B]
-    const int64_t* ctx_slots;  // [B, ctx]
-    const uint8_t* mask;  // [B, ctx] 1 where the slot belongs to the row
-    int64_t ctx;
-    float* logits;  // [B, vocab]
+    const int64_t* ctx_slots;  // the rows' context lists, back to back
+    const int64_t* ctx_start;  // [B] where row b's list starts; its length is pos[b] + 1
+    int64_t ctx;  // the longest context, max(pos) + 1
+    const int64_t* head_rows;  // [n_head] the rows whose logits are computed, in order
+    int64_t n_head;
+    float* logits;  // [n_head, vocab]
 };
 
 struct Scratch {  // one thread's own activations
@@ -91,13 +105,12 @@ static inline void dot4(const float* q, const float* k0, const float* k1, const 
 // o = inv * sum_j p[j] v[slot[j]] with the NV x 8 outputs in registers (a chain through memory
 // per key made this loop 3x slower).
 template <int NV>
-static inline void pv(const float* p, const int64_t* slot, const uint8_t* mask, int64_t n,
-                      const float* v, int64_t vstride, float inv, float* o) {
+static inline void pv(const float* p, const int64_t* slot, int64_t n, const float* v,
+                      int64_t vstride, float inv, float* o) {
     __m256 acc[NV];
 #pragma GCC unroll 16
     for (int i = 0; i < NV; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; j++) {
-        if (!mask[j]) continue;
         const __m256 pp = _mm256_set1_ps(p[j]);
         const float* vr = v + slot[j] * vstride;
 #pragma GCC unroll 16
@@ -108,59 +121,58 @@ static inline void pv(const float* p, const int64_t* slot, const uint8_t* mask, 
     for (int i = 0; i < NV; i++) _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(acc[i], iv));
 }
 
-// Units (row, head) (head_dim a multiple of 8): softmax(q k^T * scale) v over the row's context slots.
+// Units (row, head) (head_dim a multiple of 8): softmax(q k^T * scale) v over the row's own pos + 1
+// context slots. The loops' shapes depend on that length only, so a row's output is the same
+// whatever the other rows' lengths are.
 static void attend(const Step& s, const float* qkv, int64_t ldq, const float* kc, const float* vc,
                    float* out, Scratch& t, int tid, int nt) {
     const int64_t units = s.rows * s.heads, hd = s.head_dim, rep = s.heads / s.kv_heads;
     float* q = t.q.data();
     float* sc = t.scores.data();
     for (int64_t u = units * tid / nt; u < units * (tid + 1) / nt; u++) {
-        const int64_t b = u / s.heads, hh = u % s.heads, g = hh / rep;
+        const int64_t b = u / s.heads, hh = u % s.heads, g = hh / rep, n = s.pos[b] + 1;
         memcpy(q, qkv + b * ldq + hh * hd, hd * sizeof(float));
         rope(q, s.cos + s.pos[b] * hd, s.sin + s.pos[b] * hd, hd);
-        const int64_t* sl = s.ctx_slots + b * s.ctx;
+        const int64_t* sl = s.ctx_slots + s.ctx_start[b];
         const float* kg = kc + g * hd;
         const int64_t ks = s.kv_heads * hd;
         int64_t j = 0;
-        for (; j + 4 <= s.ctx; j += 4)  // padding slots are valid memory; the mask drops them below
+        for (; j + 4 <= n; j += 4)
             dot4(q, kg + sl[j] * ks, kg + sl[j + 1] * ks, kg + sl[j + 2] * ks, kg + sl[j + 3] * ks, hd,
                  sc + j);
-        for (; j < s.ctx; j++) sc[j] = dot8(q, kg + sl[j] * ks, hd);
+        for (; j < n; j++) sc[j] = dot8(q, kg + sl[j] * ks, hd);
         float mx = -INFINITY;
-        for (j = 0; j < s.ctx; j++) {
-            sc[j] = s.mask[b * s.ctx + j] ? sc[j] * s.scale : -INFINITY;
+        for (j = 0; j < n; j++) {
+            sc[j] *= s.scale;
             mx = sc[j] > mx ? sc[j] : mx;
         }
-        // exp 8 at a time (masked scores, -inf, come out 0), the tail with expf. With SwiGLU's
-        // exp8 (cpu_quant_tile.cpp), 2026-11-30 15:28 UTC, load 6-15, SmolLM2 q4, 8 rows, 1 thread,
-        // thread CPU ms, medians of 15, two A/B pairs x 2: ctx 128 36.6 36.9 36.9 36.9 -> 35.7
-        // 33.7 30.2 32.5; ctx 8 26.5 26.5 26.5 25.9 -> 27.3 25.8 23.2 24.2. Not bit for bit
-        // expf's (within 1.2e-7 relative): q4 decode perplexity, accuracy text, 45.238 -> 45.227.
+        // exp 8 at a time, the tail with expf. With SwiGLU's exp8 (cpu_quant_tile.cpp),
+        // 2026-11-30 15:28 UTC, load 6-15, SmolLM2 q4, 8 rows, 1 thread, thread CPU ms, medians of
+        // 15, two A/B pairs x 2: ctx 128 36.6 36.9 36.9 36.9 -> 35.7 33.7 30.2 32.5; ctx 8 26.5
+        // 26.5 26.5 25.9 -> 27.3 25.8 23.2 24.2. Not bit for bit expf's (within 1.2e-7 relative):
+        // q4 decode perplexity, accuracy text, 45.238 -> 45.227.
         __m256 vsum = _mm256_setzero_ps();
         const __m256 vmx = _mm256_set1_ps(mx);
-        for (j = 0; j + 8 <= s.ctx; j += 8) {
+        for (j = 0; j + 8 <= n; j += 8) {
             const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmx));
             _mm256_storeu_ps(sc + j, e);
             vsum = _mm256_add_ps(vsum, e);
         }
         float sum = hsum(vsum);
-        for (; j < s.ctx; j++) {
-            sc[j] = s.mask[b * s.ctx + j] ? expf(sc[j] - mx) : 0.0f;
+        for (; j < n; j++) {
+            sc[j] = expf(sc[j] - mx);
             sum += sc[j];
         }
         float* o = out + b * s.heads * hd + hh * hd;
-        const int64_t* slot = s.ctx_slots + b * s.ctx;
-        const uint8_t* mk = s.mask + b * s.ctx;
         const float* vg = vc + g * hd;
         const int64_t vs = s.kv_heads * hd;
-        if (hd == 64) pv<8>(sc, slot, mk, s.ctx, vg, vs, 1.0f / sum, o);
-        else if (hd == 128) pv<16>(sc, slot, mk, s.ctx, vg, vs, 1.0f / sum, o);
-        else if (hd == 16) pv<2>(sc, slot, mk, s.ctx, vg, vs, 1.0f / sum, o);
+        if (hd == 64) pv<8>(sc, sl, n, vg, vs, 1.0f / sum, o);
+        else if (hd == 128) pv<16>(sc, sl, n, vg, vs, 1.0f / sum, o);
+        else if (hd == 16) pv<2>(sc, sl, n, vg, vs, 1.0f / sum, o);
         else {
             for (int64_t i = 0; i < hd; i++) o[i] = 0.0f;
-            for (int64_t j = 0; j < s.ctx; j++)
-                if (mk[j])
-                    for (int64_t i = 0; i < hd; i++) o[i] += sc[j] * vg[slot[j] * vs + i];
+            for (int64_t jj = 0; jj < n; jj++)
+                for (int64_t i = 0; i < hd; i++) o[i] += sc[jj] * vg[sl[jj] * vs + i];
             for (int64_t i = 0; i < hd; i++) o[i] /= sum;
         }
     }
@@ -195,7 +207,7 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
     t.xq.resize(B * kmax);
     t.xd.resize(B * kmax / 32);
     t.xs.resize(B * kmax / 32);
-    t.scores.resize(s.ctx > 0 ? s.ctx : 1);
+    t.scores.resize(s.ctx + 8);
     t.q.resize(hd);
     QRow x = t.row();
     Laps laps{phases ? phases + tid * PHASES : nullptr, omp_get_wtime()};
@@ -232,27 +244,35 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
                  nt);
         FLUXO_BARRIER(laps, PRODUCTS);
     }
+    // The final norm and the head for the rows that sample only (a prompt chunk that does not end
+    // its prompt needs no logits: the head is the step's largest matrix).
     const int64_t* hdesc = s.desc + s.layers * 14;
-    rmsnorm(s.h, (const float*)hdesc[3], B, D, s.eps, t.f.data());
-    // The head on int8 activations too: at 8 rows 8.0 ms vs 14.6 for the fp32-activation block
-    // kernel, at 1 row 4.0 vs 6.3 (49152x576 Q8_0, 1 thread, thread CPU time, medians of 60 and
-    // 15, machine at load ~10, 2026-11-30).
-    quantize_rows(t.f.data(), B, D, x);
-    laps.lap(NORMS);
-    qmm_part((const uint8_t*)hdesc[0], (const uint8_t*)hdesc[2], hdesc[1], s.vocab, D, x, B, s.logits,
-             s.vocab, 0, tid, nt);
+    const int64_t R = s.n_head;
+    if (R > 0) {
+        for (int64_t r = 0; r < R; r++)
+            rmsnorm(s.h + s.head_rows[r] * D, (const float*)hdesc[3], 1, D, s.eps, t.f.data() + r * D);
+        // The head on int8 activations too: at 8 rows 8.0 ms vs 14.6 for the fp32-activation block
+        // kernel, at 1 row 4.0 vs 6.3 (49152x576 Q8_0, 1 thread, thread CPU time, medians of 60 and
+        // 15, machine at load ~10, 2026-11-30).
+        quantize_rows(t.f.data(), R, D, x);
+        laps.lap(NORMS);
+        qmm_part((const uint8_t*)hdesc[0], (const uint8_t*)hdesc[2], hdesc[1], s.vocab, D, x, R,
+                 s.logits, s.vocab, 0, tid, nt);
+    }
     if (laps.acc) FLUXO_BARRIER(laps, HEAD);  // timed: the threads' last wait is a wait too
     _mm_setcsr(csr);
 }
 
-static void decode_step(const int64_t* desc, const int64_t* dims, const float* eps_scale, float* h,
-                        int64_t rows, const int64_t* pos, const float* cos, const float* sin,
-                        float* kc, float* vc, int64_t layer_stride, const int64_t* write_slots,
-                        const int64_t* ctx_slots, const uint8_t* mask, int64_t ctx, float* logits,
-                        int threads, double* phases) {
+static void forward_step(const int64_t* desc, const int64_t* dims, const float* eps_scale, float* h,
+                         int64_t rows, const int64_t* pos, const float* cos, const float* sin,
+                         float* kc, float* vc, int64_t layer_stride, const int64_t* write_slots,
+                         const int64_t* ctx_slots, const int64_t* ctx_start, const int64_t* head_rows,
+                         int64_t n_head, float* logits, int threads, double* phases) {
+    int64_t ctx = 1;
+    for (int64_t b = 0; b < rows; b++) ctx = pos[b] + 1 > ctx ? pos[b] + 1 : ctx;
     Step s{desc, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], eps_scale[0],
-           eps_scale[1], h, rows, pos, cos, sin, kc, vc, layer_stride, write_slots, ctx_slots, mask,
-           ctx, logits};
+           eps_scale[1], h, rows, pos, cos, sin, kc, vc, layer_stride, write_slots, ctx_slots,
+           ctx_start, ctx, head_rows, n_head, logits};
     std::vector<float> qkv(rows * (s.heads + 2 * s.kv_heads) * s.head_dim);
     std::vector<float> attn(rows * s.heads * s.head_dim), act(rows * s.inter);
     #pragma omp parallel num_threads(threads)
@@ -261,25 +281,17 @@ static void decode_step(const int64_t* desc, const int64_t* dims, const float* e
 }
 
 extern "C" {
-void fluxo_decode_step(const int64_t* desc, const int64_t* dims, const float* eps_scale, float* h,
-                       int64_t rows, const int64_t* pos, const float* cos, const float* sin, float* kc,
-                       float* vc, int64_t layer_stride, const int64_t* write_slots,
-                       const int64_t* ctx_slots, const uint8_t* mask, int64_t ctx, float* logits,
-                       int threads) {
-    decode_step(desc, dims, eps_scale, h, rows, pos, cos, sin, kc, vc, layer_stride, write_slots,
-                ctx_slots, mask, ctx, logits, threads, nullptr);
-}
-
-// The same step, adding each thread's seconds per phase to phases [threads, 5]: the weight
-// products of the layers, the vocabulary head, the KV write and attention, the norms and the
-// activations' quantization, and the waits at the barriers (Phase above).
-void fluxo_decode_step_phases(const int64_t* desc, const int64_t* dims, const float* eps_scale,
-                              float* h, int64_t rows, const int64_t* pos, const float* cos,
-                              const float* sin, float* kc, float* vc, int64_t layer_stride,
-                              const int64_t* write_slots, const int64_t* ctx_slots,
-                              const uint8_t* mask, int64_t ctx, float* logits, int threads,
-                              double* phases) {
-    decode_step(desc, dims, eps_scale, h, rows, pos, cos, sin, kc, vc, layer_stride, write_slots,
-                ctx_slots, mask, ctx, logits, threads, phases);
+// One forward step over `rows` rows (decode rows and prompt-chunk rows in any mix): logits
+// [n_head, vocab] for head_rows. phases: null, or [threads, 5] to which each thread adds its
+// seconds per phase: the weight products of the layers, the vocabulary head, the KV write and
+// attention, the norms and the activations' quantization, and the waits at the barriers (Phase).
+void fluxo_forward_step(const int64_t* desc, const int64_t* dims, const float* eps_scale, float* h,
+                        int64_t rows, const int64_t* pos, const float* cos, const float* sin,
+                        float* kc, float* vc, int64_t layer_stride, const int64_t* write_slots,
+                        const int64_t* ctx_slots, const int64_t* ctx_start,
+                        const int64_t* head_rows, int64_t n_head, float* logits, int threads,
+                        double* phases) {
+    forward_step(desc, dims, eps_scale, h, rows, pos, cos, sin, kc, vc, layer_stride, write_slots,
+                 ctx_slots, ctx_start, head_rows, n_head, logits, threads, phases);
 }
 }

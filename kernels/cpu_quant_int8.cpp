@@ -1,6 +1,6 @@
 // Fluxo's int8-activation products: activations quantized per 32 (Q8_1) x GGUF blocks, one weight
-// row at a time (one activation row, Q8_0 weights, and the tiles' N remainder; Q4_1 at 2 or more
-// rows runs cpu_quant_tile.cpp's 8x4 tiles). Compiled after kernels/cpu_quant.cpp, before
+// row and one activation row at a time (the tiles' N remainder, and Q8_0 matrices without tiles;
+// every other product runs cpu_quant_tile.cpp's 8x4 tiles, one row included). Compiled after kernels/cpu_quant.cpp, before
 // cpu_quant_tile.cpp and cpu_quant_decode.cpp, by kernels/cpu_quant.py (g++ at first use, AVX2 +
 // FMA + F16C, OpenMP).
 //
@@ -109,85 +109,26 @@ static inline void qdot(const uint8_t* wrow, int64_t nb, const QRow& x, int64_t 
     for (int r = 0; r < R; r++) out[r] = hsum(_mm256_add_ps(a0[r], a1[r])) + s0[r] + s1[r];
 }
 
-// One weight row times 4 activation rows with one conversion and one fma a block for all four:
-// the rows' int32 products are summed pairwise (hadd) into [r0 r1 r2 r3 | r0 r1 r2 r3], and their
-// scales come from dT / sT, the rows' d and s laid out [block][4].
-template <bool Q4>
-static inline void qdot4t(const uint8_t* wrow, int64_t nb, const int8_t* xq, int64_t K,
-                          const float* dT, const float* sT, float out[4]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 msum = _mm_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i qw, aw;
-        float dw, mw = 0.0f;
-        if (Q4) {
-            const uint8_t* blk = wrow + b * 20;
-            int32_t dm;
-            memcpy(&dm, blk, 4);
-            const __m128 dmf = _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
-            dw = _mm_cvtss_f32(dmf);
-            mw = _mm_cvtss_f32(_mm_movehdup_ps(dmf));
-            const __m128i t = _mm_loadu_si128((const __m128i*)(blk + 4));
-            qw = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
-            aw = qw;
-        } else {
-            const uint8_t* blk = wrow + b * 34;
-            dw = h2f(blk);
-            qw = _mm256_loadu_si256((const __m256i*)(blk + 2));
-            aw = _mm256_sign_epi8(qw, qw);
-        }
-        __m256i p[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            __m256i qx = _mm256_loadu_si256((const __m256i*)(xq + r * K + b * 32));
-            if (!Q4) qx = _mm256_sign_epi8(qx, qw);
-            p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, qx), ones);
-        }
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-        const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_broadcast_ps((const __m128*)(dT + b * 4)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), dd, acc);
-        if (Q4) msum = _mm_fmadd_ps(_mm_set1_ps(mw), _mm_loadu_ps(sT + b * 4), msum);
-    }
-    const __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    _mm_storeu_ps(out, _mm_add_ps(r, msum));
-}
-
 // Output rows [n0, n1) of y = x @ W.T for all M rows; epilogue: 0 store, 1 add (residual),
-// 2 SwiGLU: W holds gate rows then up rows (2 * N of them); y[r, n] = silu(gate) * up.
+// 2 SwiGLU: W holds gate rows then up rows (2 * N of them); y[r, n] = silu(gate) * up. One
+// activation row at a time, so that an output element never depends on M (batch invariance: see
+// qmm_part); here it serves Q8_0 matrices without tiles and the N mod 8 rows the tiles leave.
 template <bool Q4>
 static void qmm_rows(const uint8_t* w, int64_t N, int64_t K, const QRow& x, int64_t M, float* y,
                      int64_t ldy, int mode, int64_t n0, int64_t n1) {
-    const int64_t nb = K / 32, bb = Q4 ? 20 : 34, width = nb * bb, groups = M / 4;
-    std::vector<float> dT(groups * nb * 4), sT(groups * nb * 4);  // per 4 rows: [block][row]
-    for (int64_t gi = 0; gi < groups; gi++)
-        for (int64_t b = 0; b < nb; b++)
-            for (int j = 0; j < 4; j++) {
-                dT[(gi * nb + b) * 4 + j] = x.d[(gi * 4 + j) * nb + b];
-                sT[(gi * nb + b) * 4 + j] = x.s[(gi * 4 + j) * nb + b];
-            }
+    const int64_t nb = K / 32, width = nb * (Q4 ? 20 : 34);
     for (int64_t n = n0; n < n1; n++) {
-        for (int64_t r = 0; r < M;) {
-            const int take = M - r >= 4 ? 4 : (M - r >= 2 ? 2 : 1);
-            QRow xr = {x.q + r * K, x.d + r * nb, x.s + r * nb};
-            const float* gd = dT.data() + (r / 4) * nb * 4;
-            const float* gs = sT.data() + (r / 4) * nb * 4;
-            float v[4], g[4];
-            if (take == 4) qdot4t<Q4>(w + n * width, nb, xr.q, K, gd, gs, v);
-            else if (take == 2) qdot<2, Q4>(w + n * width, nb, xr, K, v);
-            else qdot<1, Q4>(w + n * width, nb, xr, K, v);
-            if (mode == 2) {
-                if (take == 4) qdot4t<Q4>(w + (n + N) * width, nb, xr.q, K, gd, gs, g);
-                else if (take == 2) qdot<2, Q4>(w + (n + N) * width, nb, xr, K, g);
-                else qdot<1, Q4>(w + (n + N) * width, nb, xr, K, g);
+        for (int64_t r = 0; r < M; r++) {
+            const QRow xr = {x.q + r * K, x.d + r * nb, x.s + r * nb};
+            float v[1], g[1];
+            qdot<1, Q4>(w + n * width, nb, xr, K, v);
+            float* o = y + r * ldy + n;
+            if (mode == 0) *o = v[0];
+            else if (mode == 1) *o += v[0];
+            else {
+                qdot<1, Q4>(w + (n + N) * width, nb, xr, K, g);
+                *o = v[0] / (1.0f + expf(-v[0])) * g[0];
             }
-            for (int j = 0; j < take; j++) {
-                float* o = y + (r + j) * ldy + n;
-                if (mode == 0) *o = v[j];
-                else if (mode == 1) *o += v[j];
-                else *o = v[j] / (1.0f + expf(-v[j])) * g[j];
-            }
-            r += take;
         }
     }
 }

@@ -1,7 +1,6 @@
 // Fluxo's register-tiled int8 GEMMs: 8 weight rows x up to 4 activation rows per inner loop, for 2
 // or more activation rows; Q4_1 (the layers) and Q8_0 (the vocabulary head, and q8's layers).
-// Compiled after kernels/cpu_quant_int8.cpp (QRow, quantize_rows, and qmm_rows: one row and the N
-// remainder) and before cpu_quant_decode.cpp, by kernels/cpu_quant.py.
+// Compiled after kernels/cpu_quant_int8.cpp (QRow, quantize_rows, and qmm_rows: the N remainder) and before cpu_quant_decode.cpp, by kernels/cpu_quant.py.
 //
 // The one-row kernels (cpu_quant_int8.cpp) reduce every (weight row, activation row, block) to a
 // scalar: maddubs, madd, a horizontal step, a conversion and an fma per pair, and unpack each
@@ -230,18 +229,22 @@ static void qmm_tiles(const uint8_t* w, const uint8_t* tiles, int64_t N, int64_t
 }
 
 // This thread's share of the output rows, split on whole tiles (the last thread takes the rest).
-// One activation row stays on qmm_rows: with nothing to amortize the unpacking over, a whole
-// SmolLM2 decode step at 1 row took 23.7 and 24.0 ms on tiles (before the prefetch) vs 16.3 and
-// 17.3 on qmm_rows (1 thread, thread CPU time, medians of 7, machine at load ~10). tiles: W's
-// packed copy or null (SwiGLU's up rows start a tile only where N is a multiple of 8).
+// Every row count runs the tiles, one row included, and the N remainder runs qmm_rows one
+// activation row at a time: an output element is then the same instructions in the same order
+// whatever M is (tile_rows<MR> keeps one accumulator chain per row for any MR), which is what makes
+// a step's rows batch-invariant (cpu_quant_decode.cpp). One row on tiles is no longer slower than
+// the one-row kernel (it was before the prefetch): the whole SmolLM2 q4 decode step at ctx 128,
+// `bench kernels --against` the one-row kernel's revision, 60 pairs in turn, 2 threads, machine at
+// load ~4 from other jobs (2026-12-01 14:10 UTC, AVX-512 EPYC): 1 row 3.03 -> 2.26 ms (pair
+// ratios 0.71-0.78), 8 rows 8.45 -> 7.05 (0.90-0.99; logits bit for bit unchanged at 8 rows).
+// tiles: W's packed copy or null (SwiGLU's up rows start a tile only where N is a multiple of 8).
 static void qmm_part(const uint8_t* w, const uint8_t* tiles, bool q4, int64_t N, int64_t K,
                      const QRow& x, int64_t M, float* y, int64_t ldy, int mode, int tid, int nt) {
     const int64_t tiles_n = N / 8;
     const int64_t n0 = tiles_n * tid / nt * 8, n1 = tid + 1 == nt ? N : tiles_n * (tid + 1) / nt * 8;
     if (mode == 2 && N % 8) tiles = nullptr;
-    if (q4 && M >= 2) qmm_tiles<true>(w, tiles, N, K, x, M, y, ldy, mode, n0, n1);
-    else if (q4) qmm_rows<true>(w, N, K, x, M, y, ldy, mode, n0, n1);
-    else if (tiles && M >= 2) qmm_tiles<false>(w, tiles, N, K, x, M, y, ldy, mode, n0, n1);
+    if (q4) qmm_tiles<true>(w, tiles, N, K, x, M, y, ldy, mode, n0, n1);
+    else if (tiles) qmm_tiles<false>(w, tiles, N, K, x, M, y, ldy, mode, n0, n1);
     else qmm_rows<false>(w, N, K, x, M, y, ldy, mode, n0, n1);
 }
 

@@ -121,3 +121,39 @@ def _greedy(model, ids: list[int], n: int) -> list[int]:
         for _ in range(n):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
     return ids[-n:]
+
+
+@pytest.fixture(scope="module")
+def q4_reference(smollm2):
+    """The default engine's (q4) greedy tokens, one sequence at a time with whole prompts."""
+    model, tok = smollm2
+    engine = Engine(
+        EngineConfig(kv_blocks=128, weights="q4", max_slots=1), model=model, tokenizer=tok
+    )
+    return _run(engine)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_smollm2_q4_greedy_identical_across_policies_and_layouts(smollm2, q4_reference, case):
+    """q4 rows are batch-invariant (engine/core/quant.py's FusedStep), so the default engine's
+    greedy tokens do not depend on the schedule either: same tokens as one sequence at a time."""
+    model, tok = smollm2
+    engine = Engine(
+        EngineConfig(kv_blocks=128, weights="q4", **CASES[case]), model=model, tokenizer=tok
+    )
+    assert engine.runner.forward_impl.weights == "q4"
+    assert _run(engine) == q4_reference
+
+
+@pytest.mark.parametrize(
+    "switch",
+    [dict(policy="static"), dict(policy="chunked", chunk_budget=8), dict(runner="async")],
+)
+def test_smollm2_q4_greedy_survives_live_switch(smollm2, q4_reference, switch):
+    model, tok = smollm2
+    engine = Engine(
+        EngineConfig(kv_blocks=128, weights="q4", policy="continuous", max_slots=3),
+        model=model,
+        tokenizer=tok,
+    )
+    assert _run(engine, switch_at=5, switch=switch) == q4_reference

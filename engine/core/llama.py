@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.core.packed import packable, packed
-from engine.core.quant import FusedDecode
+from engine.core.quant import FusedStep
 from engine.core.quant import build as build_quant
 from kernels.attention import decode_attention, prefill_attention
 
@@ -145,11 +145,11 @@ class LlamaForward:
             probe.to(self.device), torch.arange(max_len, device=self.device)[None]
         )
         self.cos, self.sin = cos[0], sin[0]
-        # Decode-only steps on quantized weights: the whole step in one kernel call
-        # (quant.FusedDecode).
+        # Every step on quantized CPU weights, decode rows and prompt chunks alike: the whole step
+        # in one kernel call (quant.FusedStep).
         self.fused = None
-        if self.quant is not None and FusedDecode.supports(hf_model):
-            self.fused = FusedDecode(self.quant, hf_model, self.cos, self.sin)
+        if self.quant is not None and FusedStep.supports(hf_model):
+            self.fused = FusedStep(self.quant, hf_model, self.cos, self.sin)
 
     def new_cache(self, num_blocks: int, block_size: int) -> KVCache:
         cache = KVCache(
@@ -174,8 +174,8 @@ class LlamaForward:
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
         """Returns logits ``[len(batch.logits_rows), vocab]``."""
-        if self.fused is not None and not batch.prefills and batch.decode_slots is not None:
-            return self._fused_decode(batch, cache)
+        if self.fused is not None and not cache.k.is_cuda:
+            return self._fused_step(batch, cache)
         h = self.model.model.embed_tokens(batch.input_ids)  # [T, hidden]
         cos = self.cos[batch.positions][:, None, :]  # [T, 1, head_dim]
         sin = self.sin[batch.positions][:, None, :]
@@ -254,18 +254,16 @@ class LlamaForward:
             )
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
-    def _fused_decode(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
-        """A decode-only batch on quantized weights: one kernel call for the whole step."""
-        t = batch.input_ids.shape[0]
-        mask = batch.decode_mask.reshape(t, -1)  # [B, 1, 1, L] -> [B, L]
-        h = self.model.model.embed_tokens(batch.input_ids)  # [B, hidden]
-        logits = self.fused(
-            h, batch.positions, batch.write_slots, batch.decode_slots, mask, cache.k, cache.v
-        )  # [B, vocab]
-        rows = batch.logits_rows  # decode-only batches sample every row: 0..t-1 (no copy then)
-        if rows is not None and not (rows.shape[0] == t and (not t or int(rows[-1]) == t - 1)):
-            logits = logits[rows]
-        return logits
+    def _fused_step(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
+        """Any batch on quantized weights (decode rows, prompt chunks, both): one kernel call."""
+        ctx_slots, ctx_start = fused_contexts(batch)
+        h = self.model.model.embed_tokens(batch.input_ids)  # [T, hidden]
+        rows = batch.logits_rows
+        if rows is None:
+            rows = torch.arange(batch.input_ids.shape[0])
+        return self.fused(
+            h, batch.positions, batch.write_slots, ctx_slots, ctx_start, rows, cache.k, cache.v
+        )  # [len(rows), vocab]
 
     def _lm_head(self, h: torch.Tensor) -> torch.Tensor:
         """The vocabulary projection, the largest matrix read each step (49152 x 576 for SmolLM2).
@@ -285,3 +283,24 @@ class LlamaForward:
         for i in range(0, w.shape[0], 2048):
             torch.mm(h, w[i : i + 2048].T, out=out[:, i : i + 2048])
         return out
+
+
+def fused_contexts(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row's context as the fused step reads it: the lists back to back, and where each
+    row's list starts. A decode row has its own (its padded ``decode_slots`` row); the rows of a
+    prompt chunk share their span's ``ctx_slots`` and differ only in length (position + 1), which
+    is what makes the chunk causal."""
+    parts, starts, offset = [], [], 0
+    if batch.num_decode:
+        slots = batch.decode_slots  # [D, L]
+        width = slots.shape[1]
+        parts.append(slots.reshape(-1))  # [D, L] -> [D * L]
+        starts.append(torch.arange(batch.num_decode, dtype=torch.long) * width)
+        offset = batch.num_decode * width
+    for span in batch.prefills:
+        parts.append(span.ctx_slots)
+        starts.append(torch.full((span.end - span.start,), offset, dtype=torch.long))
+        offset += span.ctx_slots.shape[0]
+    if not parts:
+        return torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    return torch.cat(parts), torch.cat(starts)

@@ -15,8 +15,10 @@ Formats (``EngineConfig.weights``):
 - ``q8``: every matrix as Q8_0, quantized here from the fp32 weights (34 bytes per 32, 143 MB a
   step).
 
-The matmuls are ``kernels/cpu_quant.py`` (AVX2 C++ compiled at first use); a decode-only batch
-runs as one call (``FusedDecode``), anything with a prompt chunk layer by layer (``QuantLinear``).
+The matmuls are ``kernels/cpu_quant.py`` (AVX2 C++ compiled at first use); every CPU step, decode
+rows and prompt chunks alike, runs as one call (``FusedStep``), whose rows are batch-invariant;
+``QuantLinear`` (layer by layer) is the reference the tests hold it to, and serves models the
+fused step does not cover.
 Where it cannot be built (no compiler, no AVX2), the forward falls back to ``fp32`` and says so
 (``effective``). The GGUF reading is ``engine/core/gguf_blocks.py``.
 """
@@ -263,12 +265,14 @@ def _desc(w: QuantWeight) -> list[int]:
     ]
 
 
-class FusedDecode:
-    """A whole decode step (every layer, the final norm, the vocabulary head) in one kernel call,
-    for CPU batches of decode rows only (``cpu_quant.decode_step``): int8 activations, the KV cache
-    read and written in place, two threads splitting each product's output rows, no Python between
-    the layers. Numerically it is ``QuantLinear``'s path with transformers' norms, rotary and
-    attention written out in C++ (tests/test_quant.py holds it to the module-by-module forward)."""
+class FusedStep:
+    """A whole forward step (every layer, the final norm, the vocabulary head) in one kernel call,
+    for any CPU batch: decode rows, prompt chunks or both (``cpu_quant.forward_step``): int8
+    activations, the KV cache read and written in place, two threads splitting each product's
+    output rows, no Python between the layers, each row's numbers independent of the others'.
+    Numerically it is ``QuantLinear``'s path with transformers' norms, rotary and attention
+    written out in C++ (tests/test_quant.py and tests/test_fused_step.py hold it to the
+    module-by-module forward)."""
 
     def __init__(self, qm: QuantModel, hf_model, cos: torch.Tensor, sin: torch.Tensor) -> None:
         cfg = hf_model.config
@@ -319,28 +323,31 @@ class FusedDecode:
     def __call__(
         self,
         h: torch.Tensor,
-        input_positions: torch.Tensor,
+        positions: torch.Tensor,
         write_slots: torch.Tensor,
         ctx_slots: torch.Tensor,
-        mask: torch.Tensor,
+        ctx_start: torch.Tensor,
+        head_rows: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
     ) -> torch.Tensor:
-        """``h [B, hidden]`` embeddings (overwritten) -> logits ``[B, vocab]``; mask ``[B, L]``."""
-        logits = torch.empty(h.shape[0], self.vocab, dtype=torch.float32)
-        cpu_quant.decode_step(
+        """``h [T, hidden]`` embeddings (overwritten) -> logits ``[len(head_rows), vocab]``; row
+        ``b`` attends to ``positions[b] + 1`` slots of ``ctx_slots`` from ``ctx_start[b]``."""
+        logits = torch.empty(head_rows.shape[0], self.vocab, dtype=torch.float32)
+        cpu_quant.forward_step(
             self.desc,
             self.dims,
             self.eps_scale,
             h.contiguous(),
-            input_positions.contiguous(),
+            positions.contiguous(),
             self.cos,
             self.sin,
             k,
             v,
             write_slots.contiguous(),
             ctx_slots.contiguous(),
-            mask.contiguous().view(torch.uint8),
+            ctx_start.contiguous(),
+            head_rows.contiguous(),
             logits,
             self.phases,
         )

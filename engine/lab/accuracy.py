@@ -52,7 +52,7 @@ def nll_chunks(forward, ids: list[int], chunk: int = 32, block_size: int = 16) -
 
 def nll_decode(forward, ids: list[int], block_size: int = 16) -> tuple[float, int]:
     """As ``nll_chunks``, but one decode step per token: the path a served answer takes (for the
-    quantized formats, the one-call decode step of ``engine.core.quant.FusedDecode``)."""
+    quantized formats, the one-call decode step of ``engine.core.quant.FusedStep``)."""
     from engine.core.llama import ForwardBatch
 
     n = len(ids)
