@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -16,7 +17,7 @@ import signal
 import torch
 
 from engine.core import cpu
-from engine.core.config import EngineConfig
+from engine.core.config import EngineConfig, lab_weights
 from engine.core.engine import Engine
 from engine.core.errors import DeviceUnavailable
 from engine.lab import scenario
@@ -160,7 +161,7 @@ def _config(args: argparse.Namespace) -> EngineConfig:
         device=args.device,
         model=args.model,
         dtype=args.dtype,
-        weights=args.weights or ("q4" if args.model == "smollm2" else "fp32"),
+        weights=args.weights or lab_weights(args.model),
         policy=args.policy,
         runner=args.runner,
         max_slots=args.slots,
@@ -251,7 +252,10 @@ def main(argv: list[str] | None = None) -> None:
         limits,
         model_name=served,
         http_port=http_port,
-        comparison=Comparison(scenario.compare, tuple(scenario.WORKLOADS)),
+        # the replays run on the live engine's weights: what the class sees is what they measure
+        comparison=Comparison(
+            functools.partial(scenario.compare, weights=config.weights), tuple(scenario.WORKLOADS)
+        ),
         origins=Origins.build(args.host, page_ports, allow, cors_any=args.cors_any_origin),
         model_aliases=(SMOLLM2_HF_ID,) if args.model == "smollm2" else (),
     )

@@ -13,9 +13,17 @@ RUNNERS = ("sync", "async")
 KV_LAYOUTS = ("paged", "reserved")
 DTYPES = ("float32", "bfloat16", "float64")
 # Weight formats of the CPU float32 forward (engine/core/quant.py): the fp32 reference, the GGUF's
-# own
-# Q4_1/Q8_0 blocks ("q4"), or Q8_0 throughout ("q8"). Not live: it changes the loaded weights.
+# own Q4_1/Q8_0 blocks ("q4"), or Q8_0 throughout ("q8"). Not live: it changes the loaded weights.
 WEIGHTS = ("fp32", "q4", "q8")
+
+
+def lab_weights(model: str = "smollm2") -> str:
+    """The weights the lab serves by default, and so the ones every lesson run, recording and
+    comparison uses (one engine for the page and the lessons): the bundled GGUF's own q4 blocks
+    for SmolLM2, fp32 for other models. Where the q4 kernels cannot build, the forward falls back
+    to fp32 and says so (``engine.core.quant.build``), on the page and in the lessons alike."""
+    return "q4" if model == "smollm2" else "fp32"
+
 
 # What a presenter may change between steps, without reloading the model.
 LIVE_FIELDS = (

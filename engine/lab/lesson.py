@@ -228,6 +228,9 @@ def _record(path: Path, scenario: dict, args: argparse.Namespace, result: dict) 
         "checks": result["checks"],
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load": f"{os.getloadavg()[0]:.1f}",
+        # the engine the runs measured (one engine: the lab's default weights)
+        "weights": _weights_of(result["runs"]),
+        "device": args.device,
         "threads": device.run(torch.get_num_threads),
         "runs": {
             k: {"config": v["config"], "summary": v["summary"]} for k, v in result["runs"].items()
@@ -241,6 +244,12 @@ def _record(path: Path, scenario: dict, args: argparse.Namespace, result: dict) 
         measured["short" if args.short else "full"] = doc
         file.write_text(json.dumps(measured, indent=1))
         write_notes(path, scenario)
+
+
+def _weights_of(runs: dict) -> str:
+    """The weight format every engine run of a lesson read (peer runs have none), or "mixed"."""
+    seen = {r["config"]["weights"] for r in runs.values() if "weights" in r.get("config", {})}
+    return seen.pop() if len(seen) == 1 else ("mixed" if seen else "none")
 
 
 def _live(args: argparse.Namespace) -> int:

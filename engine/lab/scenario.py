@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.core.config import LIVE_FIELDS, EngineConfig
+from engine.core.config import LIVE_FIELDS, EngineConfig, lab_weights
 from engine.core.errors import InvalidConfig, UnknownMode
 from engine.core.metrics import detail
 from engine.core.metrics import ratio as _ratio
@@ -36,7 +36,7 @@ __all__ = ["SPECS", "WORKLOADS", "build_workload", "compare", "measure", "run_le
 Result = dict[str, Any]
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 # What a scenario may set; the rest stays at EngineConfig's defaults.
-CONFIG_FIELDS = (*LIVE_FIELDS, "dtype")
+CONFIG_FIELDS = (*LIVE_FIELDS, "dtype", "weights")
 
 
 # -- one run -------------------------------------------------------------------------------------
@@ -92,6 +92,7 @@ def measure(
     ``every`` steps and adds the two settings' block-by-block comparison (engine/lab/interleave.py).
     """
     items = build_workload(spec, tok, scale)
+    config = {"weights": lab_weights(), **config}  # the engine the class watches (one engine)
     handles: dict[int, RequestHandle] = {}
     device = next(model.parameters()).device.type  # the server's model may live on CUDA
     on_step = None
@@ -171,16 +172,24 @@ RATIO_KEYS = (
 
 
 def compare(
-    model, tok, workload: str, a: dict[str, Any], b: dict[str, Any], scale: float = 1.0
+    model,
+    tok,
+    workload: str,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    scale: float = 1.0,
+    weights: str | None = None,
 ) -> Result:
-    """Replay one canonical workload under configs ``a`` and ``b`` (fresh engines, same weights)."""
+    """Replay one canonical workload under configs ``a`` and ``b`` (fresh engines, same weights;
+    ``weights``: the live engine's format, by default the lab's)."""
     if workload not in SPECS:
         raise UnknownMode(f"unknown workload {workload!r}; choose one of {', '.join(SPECS)}")
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale <= 1:
         raise InvalidConfig(f"scale must be in (0, 1], got {scale!r}")
     spec = SPECS[workload]
+    base = {**spec["engine"], "weights": weights or lab_weights()}
     configs = {
-        k: engine_config(spec["engine"], v) for k, v in (("a", a), ("b", b))
+        k: engine_config(base, v) for k, v in (("a", a), ("b", b))
     }  # both valid before either runs
     out: Result = {"workload": workload}
     for key, config in configs.items():
