@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 import time
 
+import numpy as np
+
 from engine.core.cost_model import CostModel, StepWork
 
 
@@ -89,3 +91,18 @@ def test_engine_records_carry_expected_and_a_slowed_step_stands_out(make_tiny_en
         {s: ratio[s] for s in slowed},
         typical,
     )
+
+
+def test_itl_chunk_budget_is_the_largest_within_the_target():
+    """By hand: 2 ms a step, 0.4 ms a row, 1 ms a head row, no attention cost. 6 decodes cost
+    2 + 2.4 + 6 = 10.4 ms; a budget b costs 2 + 0.4 b + 7 (6 decodes and the prompt's last row),
+    <= 20.8 while b <= 29.5, and <= 15.6 (1.5x) while b <= 16.5."""
+    from engine.core.cost_model import CostModel, itl_chunk_budget
+
+    model = CostModel()
+    assert itl_chunk_budget(model, 6, 300, 384) is None  # not fitted yet
+    model.coef = np.array([0.002, 0.0004, 0.001, 0.0])
+    assert itl_chunk_budget(model, 6, 300, 384) == 29
+    assert itl_chunk_budget(model, 6, 300, 384, factor=1.5) == 16
+    model.coef = np.array([0.002, 0.0004, 0.001, 0.001])  # attention now costs: smaller budget
+    assert itl_chunk_budget(model, 6, 300, 384) < 29

@@ -103,6 +103,32 @@ class CostModel:
         return compute + host
 
 
+def itl_chunk_budget(
+    model: CostModel,
+    decodes: int,
+    context: int,
+    prompt: int,
+    factor: float = 2.0,
+    most: int = 1024,
+) -> int | None:
+    """The largest chunk budget (decode rows included, as the chunked policy counts it) whose step
+    the model prices at most ``factor`` times a decode-only step of ``decodes`` rows at ``context``
+    tokens each, with the chunk at the end of a ``prompt``-token prompt (its costliest place):
+    Sarathi-Serve's token budget from an inter-token-latency target, on this machine's own
+    costs. None before the model is fitted."""
+    base = model.predict_compute(StepWork(decodes, decodes, decodes * context))
+    if base is None:
+        return None
+    best = decodes + 1
+    for budget in range(decodes + 1, most + 1):
+        c = budget - decodes
+        pairs = decodes * context + c * max(prompt, c)
+        if model.predict_compute(StepWork(budget, decodes + 1, pairs)) > factor * base:
+            break
+        best = budget
+    return best
+
+
 def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Least squares with every coefficient >= 0: drop the most negative one and refit."""
     active = list(range(x.shape[1]))

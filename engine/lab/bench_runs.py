@@ -11,6 +11,7 @@ import torch
 
 from engine.core import device
 from engine.core.config import EngineConfig
+from engine.core.cost_model import itl_chunk_budget
 from engine.core.engine import Engine
 from engine.core.metrics import (
     decode_only,
@@ -47,7 +48,7 @@ def run(model, tok, items: list[WorkItem], **kwargs: Any) -> tuple[Result, Engin
 
 
 def warm_up(model, tok) -> None:
-    replay.warm_up(model, tok, DEVICE)
+    replay.warm_up(model, tok, DEVICE, WEIGHTS)
 
 
 def batching(model, tok, slots: int = 8) -> Result:
@@ -74,11 +75,20 @@ def stall(
     model, tok, chunk_budget: int = 24, steady: int = 6, arrivals: int = 4, period: int = 40
 ) -> Result:
     """Steady long decodes; every ``period`` steps a ~384-token prompt arrives. ITL of the
-    steady ones."""
+    steady ones, unchunked, chunked at ``chunk_budget``, and chunked at the budget this machine's
+    cost model sizes for an ITL of at most 2x a decode step (``cost_model.itl_chunk_budget``).
+
+    Why both: whether a chunk step stays near a decode step depends on how the step's cost grows
+    with its rows. On fp32 a step is bound by reading the weights and 24 rows cost about what 6 do;
+    on q4 the weights are 6x fewer bytes and the int8 products bound the step from a few rows, so
+    a 24-row step costs ~3x a 6-row one, and the budget that keeps the ITL target is smaller."""
     steady_items = [WorkItem(CHAT_PROMPTS[i], 40 + period * arrivals) for i in range(steady)]
     longs = [long_prompt(384, tok, i) for i in range(arrivals)]
+    sized = _itl_budget(model, tok, steady, 384)
     out: Result = {"runs": {}}
-    for name, policy in (("unchunked", "continuous"), ("chunked", "chunked")):
+    plan = (("unchunked", "continuous", chunk_budget), ("chunked", "chunked", chunk_budget))
+    plan += (("chunked-sized", "chunked", sized),)
+    for name, policy, budget in plan:
         injected: list[int] = []
 
         def inject(engine: Engine, step: int, injected: list[int] = injected) -> None:
@@ -94,7 +104,7 @@ def stall(
             on_step=inject,
             policy=policy,
             max_slots=steady + 2,
-            chunk_budget=chunk_budget,
+            chunk_budget=budget,
         )
         running = [r for r in engine.telemetry.requests.values() if r["id"] not in injected]
         itl = inter_token_latencies(running)
@@ -104,15 +114,30 @@ def stall(
             running_itl_max=max(itl),
         )
         out["runs"][name] = summary
-    u, c = out["runs"]["unchunked"], out["runs"]["chunked"]
+    u, c, z = (out["runs"][k] for k in ("unchunked", "chunked", "chunked-sized"))
     out["ratios"] = {
         "unchunked_max_itl_over_median": u["running_itl_max"] / u["running_itl_p50"],
         "chunked_p99_itl_over_median": c["running_itl_p99"] / c["running_itl_p50"],
         "chunked_max_itl_over_median": c["running_itl_max"] / c["running_itl_p50"],
         "chunked_tput_over_unchunked": c["throughput"] / u["throughput"],
+        "sized_p99_itl_over_median": z["running_itl_p99"] / z["running_itl_p50"],
+        "sized_max_itl_over_median": z["running_itl_max"] / z["running_itl_p50"],
+        "sized_tput_over_unchunked": z["throughput"] / u["throughput"],
     }
     out["chunk_budget"] = chunk_budget
+    out["sized_chunk_budget"] = sized
     return out
+
+
+def _itl_budget(model, tok, decodes: int, prompt: int) -> int:
+    """The chunk budget a freshly calibrated engine's cost model sizes for ITL <= 2x a decode
+    step of ``decodes`` rows (context ~300: the steady requests' middle)."""
+    engine = Engine(
+        EngineConfig(device=DEVICE, cuda_graphs=GRAPHS, weights=WEIGHTS), model=model, tokenizer=tok
+    )
+    engine.calibrate()
+    budget = itl_chunk_budget(engine.cost_model, decodes, 300, prompt)
+    return budget if budget is not None else 24
 
 
 def memory(model, tok, kv_blocks: int = 128, n: int = 16) -> Result:
