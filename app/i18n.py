@@ -29,6 +29,12 @@ def words(lang: str) -> dict[str, str]:
     return WORDS.get(lang, WORDS["en"])
 
 
+def from_locale(locale: str | None) -> str:
+    """The page's language for a browser locale (``navigator.language``): any Portuguese one
+    (pt-BR, pt-PT, pt) reads pt-BR, everything else English. The switch in the sidebar stays."""
+    return "pt-BR" if (locale or "").lower().split("-")[0] == "pt" else "en"
+
+
 def num(x: Any, digits: int = 1, lang: str = "en", unit: str = "") -> str:
     """``1234.5`` -> ``1,234.5`` (en) or ``1.234,5`` (pt-BR); None / NaN -> a dash."""
     if (

@@ -10,19 +10,17 @@ if (
     sys.path.insert(0, str(ROOT))
 
 import streamlit as st  # noqa: E402
-from streamlit import config as st_config  # noqa: E402
 
-from app import i18n  # noqa: E402
+from app import i18n, state  # noqa: E402
 
-# A pinned light theme: the charts are drawn for a white page, and a presenter whose OS is in dark
-# mode must not get grey labels on black. (The theme is sent with each session's first message,
-# so `streamlit run --theme.base light`, as the tests and `make lab` start it, pins it from the
-# first load; this pins it for a page started any other way from its next run.)
-if st_config.get_option("theme.base") is None:
-    st_config.set_option("theme.base", "light")
+# The theme (light: the charts are drawn for a white page), the viewer toolbar and the upload
+# size are in app/.streamlit/config.toml, beside this script, which Streamlit reads however the
+# page is started.
 st.set_page_config(page_title="Fluxo lab", page_icon=":material/waves:", layout="wide")
-lang = (st.session_state.get("_url") or {}).get("lang") or st.query_params.get("lang", "en")
-w = i18n.words(lang)
+if "lang" not in state.url():
+    # a session's first run without ?lang=: the browser's own language (the switch stays)
+    state.put("lang", i18n.from_locale(st.context.locale))
+w = i18n.words(state.get("lang"))
 # Not "pages/": Streamlit would also auto-discover that folder as a legacy multipage app, and a
 # direct link such as /lessons would open the page outside this entry (no wide layout, odd menu).
 HERE = Path(__file__).parent / "views"

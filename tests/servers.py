@@ -75,11 +75,7 @@ def start_streamlit(
             address,
             "--server.port",
             str(port),
-            "--browser.gatherUsageStats",
-            "false",
-            "--theme.base",
-            "light",
-        ],
+        ],  # theme, toolbar, upload size, usage stats: app/.streamlit/config.toml
         cwd=ROOT,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,

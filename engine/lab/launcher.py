@@ -127,12 +127,7 @@ def commands(
         args.host,
         "--server.port",
         str(args.page_port),
-        "--browser.gatherUsageStats",
-        "false",
-        # the charts' colours are chosen for a light page: never follow the OS into dark mode
-        "--theme.base",
-        "light",
-    ]
+    ]  # theme, toolbar, upload size and usage stats: app/.streamlit/config.toml
     return engine, page
 
 
