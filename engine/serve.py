@@ -13,13 +13,15 @@ import logging
 import os
 import secrets
 import signal
+from pathlib import Path
 
 import torch
 
+from engine import __version__
 from engine.core import cpu
-from engine.core.config import EngineConfig, lab_weights
+from engine.core.config import DTYPES, KV_LAYOUTS, POLICIES, RUNNERS, EngineConfig, lab_weights
 from engine.core.engine import Engine
-from engine.core.errors import DeviceUnavailable
+from engine.core.errors import FluxoError
 from engine.lab import scenario
 from engine.server.server import Comparison, Limits, Origins, Server
 
@@ -28,6 +30,7 @@ SMOLLM2_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what vLLM-style clients
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.serve", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"Fluxo {__version__}")
     for add in (_network_args, _model_args, _scheduler_args, _limit_args, _cpu_args):
         add(ap)  # in this order: --help lists them so
     return ap.parse_args(argv)
@@ -82,7 +85,18 @@ def _model_args(ap: argparse.ArgumentParser) -> None:
         default="smollm2",
         help="smollm2 (bundled), tiny (random, for tests) or a local checkpoint dir",
     )
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--dtype", default="float32", choices=DTYPES)
+    ap.add_argument(
+        "--chat-template",
+        default=None,
+        help="a Jinja chat template file replacing the tokenizer's own (as vLLM's flag)",
+    )
+    ap.add_argument(
+        "--max-model-len",
+        type=int,
+        default=EngineConfig().max_model_len,
+        help="longest context (prompt + answer) in tokens; longer prompts are refused with a code",
+    )
     ap.add_argument(
         "--weights",
         choices=("fp32", "q4", "q8"),
@@ -100,12 +114,18 @@ def _model_args(ap: argparse.ArgumentParser) -> None:
 
 
 def _scheduler_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--policy", default="continuous")
-    ap.add_argument("--runner", default="sync")
+    ap.add_argument("--policy", default="continuous", choices=POLICIES)
+    ap.add_argument("--runner", default="sync", choices=RUNNERS)
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--kv-blocks", type=int, default=256)
-    ap.add_argument("--kv-layout", default="paged")
+    ap.add_argument("--kv-layout", default="paged", choices=KV_LAYOUTS)
     ap.add_argument("--chunk-budget", type=int, default=64)
+    ap.add_argument(
+        "--prefix-cache",
+        action=argparse.BooleanOptionalAction,
+        default=EngineConfig().prefix_cache,
+        help="reuse the KV blocks of prompt prefixes already computed (lesson 10; live too)",
+    )
 
 
 def _limit_args(ap: argparse.ArgumentParser) -> None:
@@ -168,6 +188,8 @@ def _config(args: argparse.Namespace) -> EngineConfig:
         kv_blocks=args.kv_blocks,
         kv_layout=args.kv_layout,
         chunk_budget=args.chunk_budget,
+        prefix_cache=args.prefix_cache,
+        max_model_len=args.max_model_len,
     )
 
 
@@ -212,6 +234,29 @@ def _serve(server: Server) -> None:
     asyncio.run(run())
 
 
+def _server(args: argparse.Namespace, engine: Engine, token, limits: Limits, http_port) -> Server:
+    """The websocket and HTTP server around ``engine``, as the flags ask."""
+    page_ports = args.page_port or [int(os.environ.get("FLUXO_PAGE_PORT") or 8501)]
+    allow = args.allow_origin + os.environ.get("FLUXO_ALLOW_ORIGINS", "").split(",")
+    served = args.served_model_name or os.path.basename(os.path.normpath(args.model))
+    return Server(
+        engine,
+        args.host,
+        args.port,
+        token,
+        limits,
+        model_name=served,
+        http_port=http_port,
+        # the replays run on the live engine's weights: what the class sees is what they measure
+        comparison=Comparison(
+            functools.partial(scenario.compare, weights=engine.config.weights),
+            tuple(scenario.WORKLOADS),
+        ),
+        origins=Origins.build(args.host, page_ports, allow, cors_any=args.cors_any_origin),
+        model_aliases=(SMOLLM2_HF_ID,) if args.model == "smollm2" else (),
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -221,13 +266,17 @@ def main(argv: list[str] | None = None) -> None:
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         token = secrets.token_urlsafe(12)
         print(f"presenter token (bound to {args.host}, control needs it): {token}", flush=True)
-    config = _config(args)
     try:
+        config = _config(args)
         engine = Engine(
             config, max_telemetry_steps=args.history, max_telemetry_requests=args.history
         )
-    except DeviceUnavailable as exc:
+        if args.chat_template:
+            engine.tokenizer.chat_template = Path(args.chat_template).read_text()
+    except FluxoError as exc:  # a bad device, model or setting: one coded line, no traceback
         raise SystemExit(f"error [{exc.code}]: {exc.message}") from None
+    except OSError as exc:
+        raise SystemExit(f"error [invalid_config]: {exc}") from None
     limits = Limits(
         queue_limit=args.queue_limit,
         max_open_requests=args.max_open,
@@ -241,24 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_calibrate:
         took = engine.calibrate()
         print(f"cost model calibrated on quiet steps in {took:.1f} s", flush=True)
-    page_ports = args.page_port or [int(os.environ.get("FLUXO_PAGE_PORT") or 8501)]
-    allow = args.allow_origin + os.environ.get("FLUXO_ALLOW_ORIGINS", "").split(",")
-    served = args.served_model_name or os.path.basename(os.path.normpath(args.model))
-    server = Server(
-        engine,
-        args.host,
-        args.port,
-        token,
-        limits,
-        model_name=served,
-        http_port=http_port,
-        # the replays run on the live engine's weights: what the class sees is what they measure
-        comparison=Comparison(
-            functools.partial(scenario.compare, weights=config.weights), tuple(scenario.WORKLOADS)
-        ),
-        origins=Origins.build(args.host, page_ports, allow, cors_any=args.cors_any_origin),
-        model_aliases=(SMOLLM2_HF_ID,) if args.model == "smollm2" else (),
-    )
+    server = _server(args, engine, token, limits, http_port)
     if http_port:  # (an ephemeral port is logged once bound)
         host = f"[{args.host}]" if ":" in args.host else args.host
         print(

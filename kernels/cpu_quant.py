@@ -305,27 +305,12 @@ def forward_step(
     if not hasattr(lib, "fluxo_forward_step"):
         _legacy_decode_step(lib, threads, locals())
         return
+    p = [t.data_ptr() for t in (desc, dims, eps_scale, h, positions, cos, sin, k, v)]
+    q = [t.data_ptr() for t in (write_slots, ctx_slots, ctx_start, head_rows)]
     lib.fluxo_forward_step(
-        desc.data_ptr(),
-        dims.data_ptr(),
-        eps_scale.data_ptr(),
-        h.data_ptr(),
-        h.shape[0],
-        positions.data_ptr(),
-        cos.data_ptr(),
-        sin.data_ptr(),
-        k.data_ptr(),
-        v.data_ptr(),
-        k.stride(0),
-        write_slots.data_ptr(),
-        ctx_slots.data_ptr(),
-        ctx_start.data_ptr(),
-        head_rows.data_ptr(),
-        head_rows.shape[0],
-        logits.data_ptr(),
-        threads,
-        phases.data_ptr() if timed else None,
-    )
+        *p[:4], h.shape[0], *p[4:], k.stride(0), *q, head_rows.shape[0], logits.data_ptr(),
+        threads, phases.data_ptr() if timed else None,
+    )  # fmt: skip
 
 
 def _legacy_decode_step(lib: ctypes.CDLL, threads: int, a: dict) -> None:

@@ -46,23 +46,24 @@ def compile_source(source: str) -> Path:
     why = cpu_ok()
     if why:
         raise RuntimeError(why)
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not cxx:
-        raise RuntimeError("no C++ compiler (g++) on PATH")
     tag = hashlib.sha256((source + " ".join(FLAGS)).encode()).hexdigest()[:16]
     out = build_dir() / f"fluxo_cpu_quant_{tag}.so"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            src = Path(tmp) / "cpu_quant.cpp"
-            src.write_text(source)
-            so = Path(tmp) / out.name
-            proc = subprocess.run(
-                [cxx, *FLAGS, str(src), "-o", str(so)], capture_output=True, text=True
-            )
-            if proc.returncode != 0:
-                raise RuntimeError(f"compiling the quantized kernels failed: {proc.stderr[-2000:]}")
-            os.replace(so, out)  # atomic: a concurrent process sees the whole file or none
+    if out.exists():  # built before (or by the Docker image's build stage): no compiler needed
+        return out
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        raise RuntimeError("no C++ compiler (g++) on PATH, and no build of these kernels cached")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        src = Path(tmp) / "cpu_quant.cpp"
+        src.write_text(source)
+        so = Path(tmp) / out.name
+        proc = subprocess.run(
+            [cxx, *FLAGS, str(src), "-o", str(so)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"compiling the quantized kernels failed: {proc.stderr[-2000:]}")
+        os.replace(so, out)  # atomic: a concurrent process sees the whole file or none
     return out
 
 

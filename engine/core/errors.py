@@ -67,3 +67,11 @@ class DeviceUnavailable(FluxoError):
     refused at start, never a silent CPU run."""
 
     code = "device_unavailable"
+
+
+class UnsupportedModel(FluxoError):
+    """A ``--model`` the engine cannot serve faithfully: not a local checkpoint or a hub id already
+    in the local cache (nothing is ever downloaded), or an architecture its Llama forward does
+    not implement (it would give wrong text, not an error)."""
+
+    code = "unsupported_model"

