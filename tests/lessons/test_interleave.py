@@ -40,19 +40,19 @@ def test_hidden_idle_at_equal_forward() -> None:
     assert rows["ceiling"] == pytest.approx(1.0)
     assert rows["gain_share"] == pytest.approx(1.0)
     assert rows["forward_b_over_a"] == pytest.approx(1.0)
-    assert rows["ceiling_eq"] == pytest.approx(1.0)
+    assert "ceiling_eq" not in rows  # about busy(async) by construction: it could not fail
 
 
 def test_a_faster_forward_is_taken_out() -> None:
     """Async's forwards 10 % faster than sync's (drift, not hiding): the raw ceiling goes over 1,
-    the one at equal forward does not."""
+    which is why the lessons' claim on it carries a band sized from measured drift, and the drift
+    is reported on its own."""
     rows = compare_blocks(
         _steps([("sync", 0.1, 0.02), ("async", 0.09, 0.0)] * 3), "runner", ["sync", "async"]
     )
     assert rows["ceiling"] == pytest.approx(1 / 0.9)  # the raw figure a CI run tripped on
     assert rows["forward_b_over_a"] == pytest.approx(0.9)
     assert rows["b_over_a_eq"] == pytest.approx(1.2)
-    assert rows["ceiling_eq"] == pytest.approx(1.0)
     assert rows["gain_share_eq"] == pytest.approx(1.0)
 
 
@@ -63,7 +63,7 @@ def test_half_hidden() -> None:
     )
     assert rows["idle_b_over_a"] == pytest.approx(0.5)
     assert rows["gain_share_eq"] == pytest.approx((1.2 / 1.1 - 1) / 0.2)
-    assert rows["ceiling_eq"] < 1
+    assert rows["ceiling"] < 1
 
 
 def test_block_heads_and_prefill_are_dropped() -> None:
@@ -72,7 +72,7 @@ def test_block_heads_and_prefill_are_dropped() -> None:
     rows = compare_blocks(steps, "runner", ["sync", "async"])
     assert rows["sync_steps"] == 2 * (6 - SKIP) - 1  # the prefill step is not a decode step
     assert rows["async_steps"] == 2 * (6 - SKIP)
-    assert not math.isnan(rows["ceiling_eq"])
+    assert not math.isnan(rows["ceiling"])
 
 
 def test_switcher_rejects_bad_settings() -> None:
@@ -80,3 +80,24 @@ def test_switcher_rejects_bad_settings() -> None:
         switcher("runner", ["sync"], 6)
     with pytest.raises(InvalidConfig):
         switcher("runner", ["sync", "async"], SKIP)
+
+
+def test_an_async_that_skips_work_fails_the_ceiling() -> None:
+    """A wrong async runner whose forward does less (here 30 % less compute, no idle hidden at all)
+    lifts the raw ratio 1.4 over sync's, past 1 / busy(sync) = 1.2 plus any band the lessons use
+    (10 %): the claim can fail."""
+    rows = compare_blocks(
+        _steps([("sync", 0.1, 0.02), ("async", 0.07, 0.02)] * 3), "runner", ["sync", "async"]
+    )
+    assert rows["ceiling"] > 1.10
+    assert rows["forward_b_over_a"] == pytest.approx(0.7)
+
+
+def test_an_async_that_sleeps_gains_nothing() -> None:
+    """An async runner that sleeps as long as the host work it should hide: no gain, no idle hidden
+    (lesson 9's idle and gain-share claims fail)."""
+    rows = compare_blocks(
+        _steps([("sync", 0.1, 0.02), ("async", 0.1, 0.02)] * 3), "runner", ["sync", "async"]
+    )
+    assert rows["idle_b_over_a"] == pytest.approx(1.0)
+    assert rows["gain_share"] == pytest.approx(0.0, abs=1e-9)

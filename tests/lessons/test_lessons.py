@@ -60,8 +60,10 @@ def _lesson0(r) -> None:
 
 
 def _lesson1(r) -> None:
-    assert r["batch-8"]["decode_tput"] >= 3 * r["batch-1"]["decode_tput"], r
-    assert r["batch-8"]["step_ms"] <= 2 * r["batch-1"]["step_ms"]
+    # q4: a step's int8 products grow with its rows, so 8 rows cost ~2.9x one row (the scenario's
+    # comment): more tokens per second, far from 8x.
+    ratio = r["batch-8"]["decode_tput"] / r["batch-1"]["decode_tput"]
+    assert 2 <= ratio <= 5, r
 
 
 def _lesson2(r) -> None:
@@ -88,14 +90,13 @@ def _lesson4(r) -> None:
 
 def _ceiling(r) -> None:
     """Overlap hides at most the sync loop's idle share: async / sync <= 1 / busy(sync), measured on
-    one engine switching runner every 6 steps, at equal forward (async's rate rescaled by its
-    median forward over sync's: on this VM the forward alone differs 2-20 % between the two
-    runners' blocks, either way, and a CI run's raw ratio went 12 % over the ceiling); 5 % margin.
-    """
+    one engine switching runner every 6 steps, raw (the equal-forward figure is busy(async) by
+    construction); the 10 % band and the drift floor are the lessons' own (scenario comments)."""
     assert r["async"]["tokens"] == r["sync"]["tokens"]
     i = r["interleaved"]
     assert i["sync_steps"] >= 8 and i["async_steps"] >= 8, i  # enough steady steps of each runner
-    assert i["b_over_a_eq"] <= 1.05 / i["sync_busy"], (i["b_over_a_eq"], 1 / i["sync_busy"])
+    assert i["forward_b_over_a"] >= 0.85, i  # the drift, on its own
+    assert i["b_over_a"] <= 1.10 / i["sync_busy"], (i["b_over_a"], 1 / i["sync_busy"])
 
 
 def _lesson5(r) -> None:
@@ -106,11 +107,11 @@ def _lesson5(r) -> None:
 
 def _lesson6(r) -> None:
     assert r["static-sigma0"]["slot_steps_per_token"] == 1.0  # equal lengths: no dead slot at all
-    tps = {k: r[k]["tokens_per_step"] for k in ("static-reserved", "cont-reserved", "cont-paged")}
-    f1 = tps["cont-reserved"] / tps["static-reserved"]
-    f2 = tps["cont-paged"] / tps["cont-reserved"]
-    assert f1 > 1 and f2 > 1
-    assert math.isclose(f1 * f2, tps["cont-paged"] / tps["static-reserved"])  # the factors multiply
+    corners = ("static-reserved", "cont-reserved", "cont-paged", "static-paged")
+    tps = {k: r[k]["tokens_per_step"] for k in corners}
+    # Each factor under both of its neighbours (their product would telescope: an identity).
+    assert tps["cont-reserved"] > tps["static-reserved"] and tps["cont-paged"] > tps["static-paged"]
+    assert tps["static-paged"] > tps["static-reserved"] and tps["cont-paged"] > tps["cont-reserved"]
     # One budget, same requests: every run computes the same useful tokens.
     assert len({r[k]["useful_tokens"] for k in tps}) == 1
 
@@ -132,8 +133,8 @@ def _lesson8(r) -> None:
 def _lesson9(r) -> None:
     _ceiling(r)
     i = r["interleaved"]
-    # async hides the 15 ms: busier, and faster at equal forward (1.04-1.14 in 8 quiet runs; the
-    # raw rates crossed over in a CI run, 41.6 vs 42.0 tokens/s, when async's forwards ran slower)
+    # async hides the 5 ms: busier, and faster at equal forward (1.12-1.29 in 3 short q4 runs,
+    # 2026-12-01, load 4.6; fp32 with 15 ms: 1.04-1.14 in 8 quiet runs)
     assert i["sync_busy"] < i["async_busy"] and i["b_over_a_eq"] > 1, i
 
 
@@ -144,7 +145,10 @@ def _lesson10(r) -> None:
     assert (
         on["prompt_tokens"] + on["cached_tokens"] == off["prompt_tokens"]
     )  # every prompt token, once
-    assert tight["peak_running"] < on["peak_running"]  # little memory: fewer requests at once
+    # Little memory: the pool runs dry (preemptions), never more requests at once. (The peak
+    # itself depends on how Poisson arrivals in seconds overlap: equal in a q4 run.)
+    assert on["preemptions"] == 0 < tight["preemptions"]
+    assert tight["peak_running"] <= on["peak_running"]
 
 
 EXTRA = {
