@@ -7,8 +7,9 @@ from dataclasses import dataclass, fields, replace
 
 from engine.core.errors import InvalidConfig, UnknownMode
 from engine.core.numbers import is_int, is_number
+from engine.core.policy import registry
 
-POLICIES = ("static", "continuous", "chunked")
+POLICIES = registry.BUILTIN_NAMES  # ("static", "continuous", "chunked"); loaded ones: names()
 RUNNERS = ("sync", "async")
 KV_LAYOUTS = ("paged", "reserved")
 DTYPES = ("float32", "bfloat16", "float64")
@@ -80,9 +81,9 @@ class EngineConfig:
         self.validate()
 
     def validate(self) -> None:
-        if self.policy not in POLICIES:
+        if self.policy not in registry.names():
             raise UnknownMode(
-                f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}"
+                f"unknown policy {self.policy!r}; choose one of {', '.join(registry.names())}"
             )
         if self.runner not in RUNNERS:
             raise UnknownMode(f"unknown runner {self.runner!r}; choose one of {', '.join(RUNNERS)}")

@@ -69,7 +69,7 @@ class Engine:
         self.paused = False
         self._ended_this_step: list[int] = []
         self.inflight: Work | None = None  # async: the step executing while the next is prepared
-        self.cost_model = CostModel()
+        self.cost_model = self.scheduler.cost_model = CostModel()  # the policies' views price on it
         self.calibrating = False
         self.calibrations = 0
 
@@ -256,6 +256,8 @@ class Engine:
         t_start = self.now()
         self._drain_inbox()
         batch = self.scheduler.schedule(t_start)
+        for error in batch.errors:  # a refused policy decision: an event of this step's record
+            self.telemetry.event(t_start, **error)
         if not batch:
             return None
         for seq in batch.admitted:
@@ -269,16 +271,8 @@ class Engine:
             time.sleep(self.config.host_work_ms / 1000)  # the GIL, so async hides it under compute
         slots = slots_view(batch, self.scheduler.running, self.config.max_slots)
         events = self.telemetry.take_events()  # switches applied before this step belong to it
-        work = Work(
-            batch,
-            rows,
-            fb,
-            t_start,
-            self.config.policy,
-            self.config.runner,
-            slots=slots,
-            events=events,
-        )
+        cfg = self.config
+        work = Work(batch, rows, fb, t_start, cfg.policy, cfg.runner, slots=slots, events=events)
         work.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})
         work.cost = step_work(batch, rows)
         if self.cuda is not None:  # copied in now and queued behind the step in flight

@@ -75,3 +75,18 @@ class UnsupportedModel(FluxoError):
     not implement (it would give wrong text, not an error)."""
 
     code = "unsupported_model"
+
+
+class PolicyError(FluxoError):
+    """A scheduling policy's decision was refused (it broke a rule, raised, or took longer than
+    its bound): that step is decided by the continuous policy instead, and the step record's
+    events say why. Never sent to a request: the requests go on."""
+
+    code = "policy_error"
+
+
+class InvalidPolicy(FluxoError):
+    """A ``--policy-file`` that cannot be loaded: missing, not Python, no ``Policy`` subclass, a
+    name already taken. Refused at start, before anything is served."""
+
+    code = "invalid_policy"

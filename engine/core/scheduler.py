@@ -1,4 +1,8 @@
-"""Who runs this step, and how many tokens each computes: the three policies.
+"""Who runs this step, and how many tokens each computes: the mechanism every policy drives.
+
+The decisions are a policy's (``engine/core/policy/``: the hooks, the view they read, the checks
+on their answers); this module carries them out: slots, KV blocks, preemption by recompute, the
+prefix cache. The built-ins, written with those hooks (``engine/core/policy/builtin.py``):
 
 - static: a batch forms when ``max_slots`` requests wait (or the oldest waited ``fill_timeout_s``)
   and then runs until every member ends; ended members stay as dead slots, computed and holding KV.
@@ -15,9 +19,16 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from engine.core import cost_model as costs
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
+from engine.core.policy import registry
+from engine.core.policy.base import Policy
+from engine.core.policy.check import Guard, check_admit, check_budget, check_prefill, check_victim
+from engine.core.policy.view import View, running_view, waiting_view
 from engine.core.sequence import Sequence, Status
+
+HOOKS = ("token_budget", "prefill_tokens", "preempt", "admit")
 
 
 @dataclass(slots=True)
@@ -32,6 +43,8 @@ class ScheduledBatch:
     # (sequence, its block table as scheduled, tokens it will have computed): what ``on_computed``
     # registers once the step has finished; the table's identity tells a later re-admission apart.
     spans: list[tuple[Sequence, list[int], int]] = field(default_factory=list)
+    # the policy's refused decisions (``policy_error`` events for the step record)
+    errors: list[dict] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.items or self.dead)
@@ -50,6 +63,22 @@ class Scheduler:
         # them waits a step and takes it from the cache instead of computing it a second time.
         self._computing: set[int] = set()
         self._pending: set[int] = set()
+        self.cost_model: costs.CostModel | None = None  # the engine's, priced for the views
+        # one instance per policy name (a policy may keep state), and the hooks it overrides
+        self._policies: dict[str, tuple[Policy, frozenset[str]]] = {}
+        self._guard = Guard(Policy())
+        self._now = 0.0
+        self._batch = False
+
+    def policy(self) -> tuple[Policy, frozenset[str]]:
+        """The configured policy and the hooks it overrides (the others are decided inline)."""
+        name = self.config.policy
+        found = self._policies.get(name)
+        if found is None:
+            cls = registry.get(name)
+            hooks = frozenset(h for h in HOOKS if getattr(cls, h) is not getattr(Policy, h))
+            found = self._policies[name] = (cls(), hooks)
+        return found
 
     # -- lifecycle -------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -60,7 +89,7 @@ class Scheduler:
         if seq in self.waiting:
             self.waiting.remove(seq)
             return
-        if self.config.policy == "static" and self.batch_open:
+        if self.batch_open and self.policy()[0].batch:
             seq.dead = True
             return
         self._drop(seq)
@@ -79,9 +108,9 @@ class Scheduler:
         batch.preempted.append(seq)
 
     def on_policy_change(self, old: str, new: str) -> None:
-        if new == "static":
+        if registry.get(new).batch:
             self.batch_open = bool(self.running)  # what runs now is the batch in flight
-        elif old == "static":
+        elif registry.get(old).batch:
             for seq in [s for s in self.running if s.dead]:
                 self._drop(seq)
             self.batch_open = False
@@ -105,11 +134,16 @@ class Scheduler:
             if self.blocks.caching
             else set()
         )
-        if self.config.policy == "static":
-            self._schedule_static(batch, now)
+        policy, hooks = self.policy()
+        self._guard, self._now, self._batch = Guard(policy), now, policy.batch
+        if policy.batch:
+            self._schedule_static(batch, hooks)
         else:
-            budget = self.config.chunk_budget if self.config.policy == "chunked" else None
-            self._schedule_flowing(batch, budget)
+            budget = None
+            if "token_budget" in hooks:
+                budget = self._ask("token_budget", None, (), check_budget, ())
+            self._schedule_flowing(batch, budget, hooks)
+        batch.errors = self._guard.errors
         for seq, n in batch.items:
             seq.computed_prompt_tokens += max(0, min(n, seq.prefill_end - seq.num_cached))
             batch.spans.append((seq, seq.block_table, seq.num_cached + n))
@@ -132,14 +166,59 @@ class Scheduler:
             if seq.block_table is table:  # not released (or preempted and re-admitted) meanwhile
                 self.blocks.register(seq, upto)
 
-    def _grow_or_preempt(self, seq: Sequence, target: int, batch: ScheduledBatch) -> bool:
-        """Make room for ``seq`` to hold ``target`` tokens, preempting the newest running
-        sequences."""
+    # -- asking the policy ----------------------------------------------------------------
+    def _view(self, tokens_left: int | None) -> View:
+        cfg = self.config
+        limits = (
+            max(0, cfg.max_slots - len(self.running)),
+            self.blocks.num_free,
+            self.blocks.block_size,
+            cfg.max_slots,
+            cfg.chunk_budget,
+            cfg.fill_timeout_s,
+        )
+        return View(
+            self._now, tuple(self.waiting), self.live(), limits, tokens_left, self._price, self._itl
+        )
+
+    def _ask(self, hook: str, left: int | None, args: tuple, check, extra: tuple):
+        return self._guard.call(hook, self._view(left), args, check, extra)
+
+    def _price(self, tokens: int, rows: int, pairs: int) -> float | None:
+        model = self.cost_model
+        return None if model is None else model.predict_compute(costs.StepWork(tokens, rows, pairs))
+
+    def _itl(self, factor: float) -> int | None:
+        """``cost_model.itl_chunk_budget`` for the decodes running now and the longest prompt
+        waiting or prefilling."""
+        if self.cost_model is None:
+            return None
+        decoding = [s.num_tokens for s in self.live() if s.pending <= 1]
+        prompts = [s.num_tokens for s in self.waiting] + [
+            s.num_tokens for s in self.live() if s.pending > 1
+        ]
+        context = sum(decoding) // len(decoding) if decoding else 1
+        prompt = max(prompts, default=context)
+        return costs.itl_chunk_budget(
+            self.cost_model, max(1, len(decoding)), context, prompt, factor, most=512
+        )
+
+    # -- carrying decisions out ------------------------------------------------------------
+    def _grow_or_preempt(
+        self, seq: Sequence, target: int, batch: ScheduledBatch, hooks: frozenset[str]
+    ) -> bool:
+        """Make room for ``seq`` to hold ``target`` tokens, preempting running sequences (the
+        policy's ``preempt`` picks; by default the newest)."""
         while not self.blocks.can_grow(seq, target):
             victims = [
                 s for s in self.live() if s is not seq and s not in (i[0] for i in batch.items)
             ]
             victim = victims[-1] if victims else seq
+            if victims and "preempt" in hooks:
+                ids = tuple(v.id for v in victims)
+                args = (tuple(map(running_view, victims)),)
+                pick = self._ask("preempt", None, args, check_victim, (ids,))
+                victim = victims[ids.index(pick)]
             self._preempt(victim, batch)
             if victim is seq:
                 return False
@@ -155,11 +234,11 @@ class Scheduler:
         taken = {s.slot for s in self.running}
         return next(i for i in range(len(self.running) + 1) if i not in taken)
 
-    def _admit(self, batch: ScheduledBatch, chunk: int | None) -> bool:
-        """Try to admit the head of the queue with ``chunk`` prefill tokens (None = all of them)."""
-        seq = self.waiting[0]
+    def _admit(self, batch: ScheduledBatch, seq: Sequence, chunk: int | None, ask: bool) -> bool:
+        """Try to admit waiting ``seq`` with ``chunk`` prefill tokens (None = all of them; ``ask``:
+        the policy's ``prefill_tokens`` says how many, within ``chunk``)."""
         hits, keys = self.blocks.match(seq)
-        if self.config.policy != "static" and self._pending:
+        if not self._batch and self._pending:
             # Its next block is being computed by a step in flight or by this one: wait a step.
             ahead = self.blocks.keys_ahead(
                 seq, keys, min(seq.num_tokens - 1, (len(keys) + 1) * self.blocks.block_size)
@@ -169,16 +248,21 @@ class Scheduler:
         cached = len(hits) * self.blocks.block_size
         pending = seq.num_tokens - cached
         n = pending if chunk is None else min(chunk, pending)
+        if ask and pending > 1:
+            n = self._ask("prefill_tokens", chunk, (waiting_view(seq),), check_prefill, (pending,))
         target = self._admit_target(seq, cached, n)
         if not self.blocks.can_admit(hits, target):
             return False
-        self.waiting.popleft()
+        if self.waiting[0] is seq:
+            self.waiting.popleft()
+        else:
+            self.waiting.remove(seq)
         self.blocks.admit(seq, hits, keys, target)
         seq.num_cached = cached
         seq.cached_tokens += cached
         seq.prefill_end = seq.num_tokens
         batch.cached[seq.id] = cached
-        if self.blocks.caching and self.config.policy != "static":
+        if self.blocks.caching and not self._batch:
             self._pending.update(self.blocks.keys_ahead(seq, keys, cached + n))
         seq.slot = self._free_slot()
         seq.status = Status.RUNNING
@@ -187,48 +271,63 @@ class Scheduler:
         batch.items.append((seq, n))
         return True
 
-    def _schedule_flowing(self, batch: ScheduledBatch, budget: int | None) -> None:
+    def _admission_order(self, hooks: frozenset[str], left: int | None) -> list[Sequence] | None:
+        """The policy's ``admit`` answer as sequences; None: the queue's own order."""
+        if "admit" not in hooks:
+            return None
+        by_id = {s.id: s for s in self.waiting}
+        ids = self._ask("admit", left, (), check_admit, (by_id.keys(),))
+        return [by_id[i] for i in ids]
+
+    def _schedule_flowing(
+        self, batch: ScheduledBatch, budget: int | None, hooks: frozenset[str]
+    ) -> None:
         left = budget if budget is not None else 1 << 30
+        ask = "prefill_tokens" in hooks
         # Running sequences first (decodes before prefill chunks), so admission never starves them;
         # the least recently served first, so a budget smaller than the decodes rotates among them.
         for seq in sorted(self.live(), key=lambda s: (s.pending > 1, s.last_served)):
             if seq not in self.running or left <= 0 or self._complete(seq):
                 continue
             n = min(seq.pending, left)
-            if self._grow_or_preempt(seq, seq.num_cached + n, batch):
+            if ask and seq.pending > 1:
+                tokens_left = left if budget is not None else None
+                args = (running_view(seq),)
+                n = self._ask("prefill_tokens", tokens_left, args, check_prefill, (seq.pending,))
+            if self._grow_or_preempt(seq, seq.num_cached + n, batch, hooks):
                 batch.items.append((seq, n))
                 seq.last_served = self._tick
                 left -= n
         if batch.preempted:
             return  # the pool is dry: admitting now would only preempt again
-        while self.waiting and len(self.running) < self.config.max_slots and left > 0:
-            if not self._admit(batch, left if budget is not None else None):
+        order = None
+        if self.waiting and left > 0:
+            order = self._admission_order(hooks, left if budget is not None else None)
+        while left > 0 and len(self.running) < self.config.max_slots:
+            if order is None and not self.waiting or order == []:
+                break
+            seq = self.waiting[0] if order is None else order.pop(0)
+            if not self._admit(batch, seq, left if budget is not None else None, ask):
                 break
             left -= batch.items[-1][1]
 
-    def _schedule_static(self, batch: ScheduledBatch, now: float) -> None:
+    def _schedule_static(self, batch: ScheduledBatch, hooks: frozenset[str]) -> None:
         if self.batch_open and not self.live():
             for seq in list(self.running):  # the whole batch ended: it closes, all KV comes back
                 self._drop(seq)
             self.batch_open = False
         if not self.batch_open:
-            ready = len(self.waiting) >= self.config.max_slots or (
-                self.waiting and now - self.waiting[0].arrival >= self.config.fill_timeout_s
-            )
-            if not ready:
-                return
-            while (
-                self.waiting
-                and len(self.running) < self.config.max_slots
-                and self._admit(batch, None)
-            ):
-                pass
+            for seq in self._admission_order(hooks, None) or []:  # static: only when ready
+                if len(self.running) >= self.config.max_slots or not self._admit(
+                    batch, seq, None, False
+                ):
+                    break
             self.batch_open = bool(self.running)
             return
         for seq in self.live():
             if seq not in self.running or self._complete(seq):
                 continue
-            if self._grow_or_preempt(seq, seq.num_cached + seq.pending, batch):
+            if self._grow_or_preempt(seq, seq.num_cached + seq.pending, batch, hooks):
                 batch.items.append((seq, seq.pending))
         # Dead slots ride along with live work; a step of nothing but dead slots (async: every live
         # member's last token already in flight) would be a forward thrown away whole.

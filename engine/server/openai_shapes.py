@@ -67,6 +67,8 @@ STATUS: dict[str, tuple[int, str]] = {
     ),
     "unknown_mode": (400, "invalid_request_error"),
     "invalid_config": (400, "invalid_request_error"),
+    "invalid_policy": (400, "invalid_request_error"),
+    "policy_error": (500, "server_error"),
     "kv_over_memory": (422, "invalid_request_error"),
     "unknown_request": (404, "not_found_error"),
     "step_failed": (500, "server_error"),

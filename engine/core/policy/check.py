@@ -1,0 +1,108 @@
+"""Every decision a policy makes is checked before the engine acts on it.
+
+``Guard.call`` runs one hook, times it and checks its answer; a refused answer (a rule broken, an
+exception, slower than the policy's ``time_limit_s``) becomes a ``PolicyError`` kept for the
+step record (an event of kind ``policy_error``), and the guard falls back: for the rest of that
+step every hook answers as the continuous policy does. The rules:
+
+- ``token_budget``: None or an integer in [1, 65536];
+- ``prefill_tokens``: an integer >= 1 and <= the tokens the budget has left (more than the request
+  has pending is cut to what it has);
+- ``preempt``: the id of one of the candidates it was offered (a running request);
+- ``admit``: distinct ids of waiting requests, at most ``free_slots`` of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from engine.core.errors import PolicyError
+from engine.core.numbers import is_int
+from engine.core.policy.base import Policy
+from engine.core.policy.view import View
+
+MAX_BUDGET = 1 << 16
+DEFAULTS = Policy()  # the continuous policy's answers, for a step that fell back
+
+
+def check_budget(value: Any, view: View) -> int | None:
+    if value is None or (is_int(value) and 1 <= value <= MAX_BUDGET):
+        return value
+    raise PolicyError(f"token_budget must be None or an integer in [1, {MAX_BUDGET}]: {value!r}")
+
+
+def check_prefill(value: Any, view: View, pending: int) -> int:
+    left = view.tokens_left
+    if not is_int(value) or value < 1 or (left is not None and value > left):
+        bound = "" if left is None else f" and at most the {left} tokens left in the budget"
+        raise PolicyError(f"prefill_tokens must be an integer >= 1{bound}, got {value!r}")
+    return min(value, pending)
+
+
+def check_victim(value: Any, view: View, candidates: tuple[int, ...]) -> int:
+    if not is_int(value) or value not in candidates:
+        raise PolicyError(
+            f"preempt must name a running request among {list(candidates)}, got {value!r}"
+        )
+    return value
+
+
+def check_admit(value: Any, view: View, waiting: set[int]) -> list[int]:
+    try:
+        ids = list(value)
+    except TypeError:
+        raise PolicyError(f"admit must return a list of request ids, got {value!r}") from None
+    if len(ids) > view.free_slots:
+        raise PolicyError(f"admit named {len(ids)} requests; only {view.free_slots} slots are free")
+    if len(set(ids)) != len(ids) or not all(is_int(i) and i in waiting for i in ids):
+        raise PolicyError(f"admit must name distinct waiting requests, got {ids[:16]!r}")
+    return ids
+
+
+class Guard:
+    """Calls one policy's hooks for one step and keeps the refusals."""
+
+    __slots__ = ("policy", "fallen", "errors", "clock")
+
+    def __init__(self, policy: Policy, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.policy = policy
+        self.fallen = False  # a hook was refused: the rest of the step is the continuous policy's
+        self.errors: list[dict[str, Any]] = []
+        self.clock = clock
+
+    def call(
+        self, hook: str, view: View, args: tuple, check: Callable[..., Any], extra: tuple
+    ) -> Any:
+        """``check(policy.<hook>(view, *args), view, *extra)``: the policy's answer, checked; the
+        continuous policy's once this step has fallen back or this answer is refused."""
+        policy = DEFAULTS if self.fallen else self.policy
+        if policy.trusted or policy is DEFAULTS:
+            return check(getattr(policy, hook)(view, *args), view, *extra)
+        t0 = self.clock()
+        try:
+            answer = getattr(policy, hook)(view, *args)
+            took = self.clock() - t0
+            if took > policy.time_limit_s:
+                raise PolicyError(
+                    f"{hook} took {1000 * took:.1f} ms, over the "
+                    f"{1000 * policy.time_limit_s:.0f} ms bound"
+                )
+            return check(answer, view, *extra)
+        except Exception as exc:  # noqa: BLE001 - any failure of the policy's code is refused
+            self.refuse(hook, exc)
+            return check(getattr(DEFAULTS, hook)(view, *args), view, *extra)
+
+    def refuse(self, hook: str, exc: Exception) -> None:
+        error = exc if isinstance(exc, PolicyError) else PolicyError(f"{type(exc).__name__}: {exc}")
+        self.fallen = True
+        self.errors.append(
+            {
+                "kind": "policy_error",
+                "code": error.code,
+                "policy": self.policy.name,
+                "hook": hook,
+                "error": error.message[:300],
+            }
+        )
