@@ -13,13 +13,17 @@ A recording is JSON lines, one object a line, each with a ``type``:
 
 :func:`parse` validates as it reads and raises :class:`BadRecording` (code ``bad_recording``)
 with the line and the reason: not JSON, cut off at the end (a truncated download), an unknown
-type, a step lacking a field the views read, steps going backwards, no steps at all. Nothing here
-imports torch.
+type, a step lacking a field the views read, a field of the wrong type or out of its range (every
+field of every record, checked one by one before any view sees it: a recording is a file anyone
+may hand the teacher, and its strings end up in the page), steps going backwards, no steps at
+all. Fields the record contract does not name are dropped. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,23 +79,222 @@ class Recording:
         return self.runs.get(name or "", next(iter(self.runs.values())))
 
 
-def _check_step(rec: dict, n: int) -> None:
+# -- field by field ------------------------------------------------------------------------------
+BIG = 10**12  # bound of every count and id
+RUNNERS = ("sync", "async")
+PHASES = ("prefill", "decode", "dead", "idle")
+LANES = ("cpu_prepare", "h2d", "compute", "d2h", "cpu_update")
+STATUSES = ("queued", "running", "preempted", "finished", "cancelled", "failed")
+KV_FIELDS = (
+    "blocks_total",
+    "blocks_used",
+    "tokens_stored",
+    "tokens_allocated",
+    "blocks_shared",
+    "blocks_cached",
+)
+NAME = re.compile(r"[A-Za-z0-9_.:-]{0,64}")  # run names, request clients, config keys
+MAX_TEXT = 300  # labels, titles, errors, event words
+
+
+def _bad(n: int, where: str, want: str, got: object) -> BadRecording:
+    shown = repr(got)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return BadRecording(f"line {n}: {where} must be {want}, got {shown}", n)
+
+
+def _int(v: object, n: int, where: str, lo: int = 0, hi: int = BIG, none: bool = False):
+    if v is None and none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise _bad(n, where, f"an integer in [{lo}, {hi}]" + (" or null" if none else ""), v)
+    return v
+
+
+def _num(v: object, n: int, where: str, none: bool = False):
+    if v is None and none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise _bad(n, where, "a finite number" + (" or null" if none else ""), v)
+    if abs(v) > 1e15:
+        raise _bad(n, where, "a number of a sane size", v)
+    return v
+
+
+def _text(v: object, n: int, where: str, none: bool = False, limit: int = MAX_TEXT):
+    if v is None and none:
+        return None
+    if not isinstance(v, str) or len(v) > limit:
+        raise _bad(n, where, f"a string of at most {limit} characters", v)
+    return v
+
+
+def _name(v: object, n: int, where: str) -> str:
+    if not isinstance(v, str) or not v or not NAME.fullmatch(v):
+        raise _bad(n, where, "a plain name of at most 64 characters", v)
+    return v
+
+
+def _one_of(v: object, n: int, where: str, options: tuple[str, ...]) -> str:
+    if v not in options:
+        raise _bad(n, where, "one of " + ", ".join(options), v)
+    return v  # type: ignore[return-value]
+
+
+def _ids(v: object, n: int, where: str) -> list[int]:
+    if not isinstance(v, list) or len(v) > 100_000:
+        raise _bad(n, where, "a list of request ids", v)
+    return [_int(x, n, where) for x in v]
+
+
+def _scalar(v: object, n: int, where: str):
+    """A config or summary value: a short string, a number, a boolean or null."""
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        return _text(v, n, where, limit=64)
+    return _num(v, n, where)
+
+
+def _flat(v: object, n: int, where: str, none: bool = True) -> dict:
+    if v is None and none:
+        return {}
+    if not isinstance(v, dict) or len(v) > 200:
+        raise _bad(n, where, "an object of at most 200 fields", v)
+    out = {}
+    for k, x in v.items():
+        if not NAME.fullmatch(k):
+            raise _bad(n, f"a key of {where}", "a plain name", k)
+        out[k] = _scalar(x, n, f"{where}.{k}")
+    return out
+
+
+def _event(v: object, n: int) -> dict:
+    if not isinstance(v, dict):
+        raise _bad(n, "an event", "an object", v)
+    out = {"kind": _text(v.get("kind"), n, "an event's kind", limit=64)}
+    for k, x in v.items():
+        if k == "kind":
+            continue
+        if not NAME.fullmatch(k):
+            raise _bad(n, "an event's field", "a plain name", k)
+        out[k] = _flat(x, n, f"event.{k}") if isinstance(x, dict) else _scalar(x, n, f"event.{k}")
+    return out
+
+
+def _check_step(rec: dict, n: int) -> dict:
+    """A step record with every field checked, and only the fields the contract names."""
     missing = [f for f in STEP_FIELDS if f not in rec]
     if missing:
         raise BadRecording(f"line {n}: a step record lacks {', '.join(missing)}", n)
-    if not isinstance(rec["step"], int) or not isinstance(rec["slots"], list):
-        raise BadRecording(f"line {n}: a step record's step must be an integer and slots a list", n)
-    if not all(isinstance(x, (int, float)) for x in (rec["t_start"], rec["t_end"])):
-        raise BadRecording(f"line {n}: t_start and t_end must be numbers", n)
+    if not isinstance(rec["slots"], list) or len(rec["slots"]) > 4096:
+        raise _bad(n, "slots", "a list of at most 4096 slots", rec["slots"])
+    slots = []
     for s in rec["slots"]:
         if not isinstance(s, dict) or any(f not in s for f in SLOT_FIELDS):
             raise BadRecording(f"line {n}: a slot lacks one of {', '.join(SLOT_FIELDS)}", n)
-    if not isinstance(rec["kv"], dict) or "blocks_total" not in rec["kv"]:
+        slots.append(
+            {
+                "slot": _int(s["slot"], n, "a slot's slot", 0, 4096),
+                "request": _int(s["request"], n, "a slot's request", none=True),
+                "phase": _one_of(s["phase"], n, "a slot's phase", PHASES),
+                "tokens": _int(s["tokens"], n, "a slot's tokens"),
+            }
+        )
+    kv = rec["kv"]
+    if not isinstance(kv, dict) or "blocks_total" not in kv:
         raise BadRecording(f"line {n}: a step record's kv lacks blocks_total", n)
+    tokens = rec["tokens"]
+    if not isinstance(tokens, dict):
+        raise _bad(n, "tokens", "an object of prefill, decode and dead counts", tokens)
+    spans = rec["spans"]
+    if not isinstance(spans, list) or len(spans) > 64:
+        raise _bad(n, "spans", "a list of at most 64 spans", spans)
+    if not all(isinstance(sp, dict) and "start" in sp and "end" in sp for sp in spans):
+        raise _bad(n, "spans", "a list of {lane, start, end}", spans)
+    events = rec["events"]
+    if not isinstance(events, list) or len(events) > 64:
+        raise _bad(n, "events", "a list of at most 64 events", events)
+    cached = rec.get("admitted_cached") or {}
+    if not isinstance(cached, dict) or not all(isinstance(k, str) and k.isdigit() for k in cached):
+        raise _bad(n, "admitted_cached", "an object of request id -> tokens", cached)
+    out = {
+        "step": _int(rec["step"], n, "step"),
+        "t_start": _num(rec["t_start"], n, "t_start"),
+        "t_end": _num(rec["t_end"], n, "t_end"),
+        "policy": _name(rec["policy"], n, "policy"),  # a built-in or a loaded policy's name
+        "runner": _one_of(rec["runner"], n, "runner", RUNNERS),
+        "slots": slots,
+        "admitted": _ids(rec["admitted"], n, "admitted"),
+        "finished": _ids(rec["finished"], n, "finished"),
+        "preempted": _ids(rec["preempted"], n, "preempted"),
+        "queue_len": _int(rec["queue_len"], n, "queue_len"),
+        "kv": {k: _int(kv[k], n, f"kv.{k}") for k in KV_FIELDS if k in kv},
+        "tokens": {
+            k: _int(tokens.get(k, 0), n, f"tokens.{k}") for k in ("prefill", "decode", "dead")
+        },
+        "spans": [
+            {
+                "lane": _one_of(
+                    sp.get("lane") if isinstance(sp, dict) else sp, n, "a span's lane", LANES
+                ),
+                "start": _num(sp["start"], n, "a span's start"),
+                "end": _num(sp["end"], n, "a span's end"),
+            }
+            for sp in spans
+        ],
+        "events": [_event(e, n) for e in events],
+    }
+    if "admitted_cached" in rec:
+        out["admitted_cached"] = {k: _int(v, n, "admitted_cached") for k, v in cached.items()}
+    if "cached_tokens" in rec:
+        out["cached_tokens"] = _int(rec["cached_tokens"], n, "cached_tokens")
+    if "expected_s" in rec:
+        out["expected_s"] = _num(rec["expected_s"], n, "expected_s", none=True)
+    return out
 
 
-def _run_of(runs: dict[str, Run], rec: dict) -> Run:
-    name = str(rec.pop("run", DEFAULT_RUN))
+def _check_request(rec: dict, n: int) -> dict:
+    if any(f not in rec for f in REQUEST_FIELDS):
+        raise BadRecording(
+            f"line {n}: a request record lacks one of {', '.join(REQUEST_FIELDS)}", n
+        )
+    client = rec.get("client", "")
+    if client is not None and (not isinstance(client, str) or not NAME.fullmatch(client)):
+        raise _bad(n, "a request's client", "a plain name of at most 64 characters", client)
+    times = rec.get("token_times", [])
+    if not isinstance(times, list) or len(times) > 1_000_000:
+        raise _bad(n, "token_times", "a list of numbers", times)
+    out: dict[str, Any] = {
+        "id": _int(rec["id"], n, "a request's id"),
+        "client": client,
+        "arrival": _num(rec["arrival"], n, "arrival"),
+        "status": _one_of(rec["status"], n, "a request's status", STATUSES),
+        "token_times": [_num(t, n, "token_times") for t in times],
+    }
+    for k in (
+        "prompt_tokens",
+        "output_tokens",
+        "preemptions",
+        "cached_tokens",
+        "computed_prompt_tokens",
+    ):
+        if k in rec:
+            out[k] = _int(rec[k], n, k)
+    for k in ("admitted", "first_token", "finished"):
+        if k in rec:
+            out[k] = _num(rec[k], n, k, none=True)
+    if "error" in rec:
+        out["error"] = _text(rec["error"], n, "a request's error", none=True)
+    return out
+
+
+def _run_of(runs: dict[str, Run], rec: dict, n: int = 0) -> Run:
+    name = rec.pop("run", DEFAULT_RUN)
+    if not isinstance(name, str) or not NAME.fullmatch(name) or not name:
+        raise _bad(n, "run", "a plain name of at most 64 characters", name)
+    if name not in runs and len(runs) >= 16:
+        raise BadRecording(f"line {n}: more than 16 runs in one recording", n)
     return runs.setdefault(name, Run(name, label=name))
 
 
@@ -139,12 +342,30 @@ def _check_meta(rec: dict, n: int) -> dict:
             f"this page reads {FORMAT} version {VERSION}",
             n,
         )
-    return rec
+    meta: dict[str, Any] = {}
+    for k, v in rec.items():
+        if not NAME.fullmatch(k):
+            raise _bad(n, "a recording field", "a plain name", k)
+        if k == "ratios":
+            meta[k] = _flat(v, n, "ratios")
+        elif k in ("scale", "load"):  # the numbers the views format
+            meta[k] = _num(v, n, k, none=True)
+        elif k in ("number", "max_steps"):
+            meta[k] = _int(v, n, k, none=True)
+        elif k == "runs":
+            if not isinstance(v, list) or len(v) > 16:
+                raise _bad(n, "runs", "a list of run names", v)
+            meta[k] = [_text(x, n, "a run name", limit=64) for x in v]
+        elif isinstance(v, str):
+            meta[k] = _text(v, n, k)
+        else:
+            meta[k] = _scalar(v, n, k)
+    return meta
 
 
 def _add_step(runs: dict[str, Run], rec: dict, n: int) -> None:
-    run = _run_of(runs, rec)
-    _check_step(rec, n)
+    run = _run_of(runs, rec, n)
+    rec = _check_step(rec, n)
     if run.steps and rec["step"] <= run.steps[-1]["step"]:
         raise BadRecording(
             f"line {n}: step {rec['step']} comes after step {run.steps[-1]['step']} in run "
@@ -157,21 +378,20 @@ def _add_step(runs: dict[str, Run], rec: dict, n: int) -> None:
 def _add(runs: dict[str, Run], kind: str, rec: dict, n: int) -> None:
     """One run, step or request line into its run."""
     if kind == "run":
-        run = _run_of(runs, rec)
-        run.label, run.config = str(rec.get("label") or run.name), dict(rec.get("config") or {})
-        run.summary, run.steps_total = dict(rec.get("summary") or {}), rec.get("steps_total")
+        run = _run_of(runs, rec, n)
+        run.label = _text(rec.get("label"), n, "label", none=True) or run.name
+        run.config = _flat(rec.get("config"), n, "config")
+        run.summary = _flat(rec.get("summary"), n, "summary")
+        run.steps_total = _int(rec.get("steps_total"), n, "steps_total", none=True)
     elif kind == "step":
         _add_step(runs, rec, n)
     elif kind == "request":
-        run = _run_of(runs, rec)
-        if any(f not in rec for f in REQUEST_FIELDS):
-            raise BadRecording(
-                f"line {n}: a request record lacks one of {', '.join(REQUEST_FIELDS)}", n
-            )
-        run.requests.append(rec)
+        run = _run_of(runs, rec, n)
+        run.requests.append(_check_request(rec, n))
     else:
         raise BadRecording(
-            f"line {n}: unknown record type {kind!r} (step, request, run or recording)", n
+            f"line {n}: unknown record type {str(kind)[:40]!r} (step, request, run or recording)",
+            n,
         )
 
 

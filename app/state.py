@@ -13,8 +13,8 @@ plain session dict (``_url``) as well, and each widget is seeded from it when it
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -116,16 +116,32 @@ def _load_cached(path: str, mtime: float) -> recording.Recording:
     return recording.load(Path(path))
 
 
-@lru_cache(maxsize=8)
-def _parse_cached(data: bytes) -> recording.Recording:
-    return recording.parse(data, source="upload")
+UPLOAD_MAX_BYTES = 16 << 20  # an upload: ~15,000 steps, more than a class produces in an hour
 
 
-def choose_recording(w: dict[str, str]) -> recording.Recording | None:
-    """Sidebar: a lesson's recording or an uploaded file; a bad file gets its message, not a
-    crash."""
+def _parse_upload(data: bytes) -> recording.Recording:
+    """An uploaded recording, parsed once per session and kept for that session alone (one file:
+    a session that opens another forgets the first), never in a cache the whole page shares."""
+    if len(data) > UPLOAD_MAX_BYTES:
+        raise recording.BadRecording(
+            f"the file has {len(data) >> 20} MB; an upload holds at most "
+            f"{UPLOAD_MAX_BYTES >> 20} MB"
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    kept = st.session_state.get("_upload")
+    if kept is None or kept[0] != digest:
+        kept = (digest, recording.parse(data, source="upload"))
+        st.session_state["_upload"] = kept
+    return kept[1]
+
+
+def choose_recording(w: dict[str, str], uploads: bool = True) -> recording.Recording | None:
+    """Sidebar: a lesson's recording or (``uploads``) an uploaded file; a bad file gets its
+    message, not a crash."""
     recs = recording.lesson_recordings()
-    options = [*recs, "upload"]
+    options = [*recs, "upload"] if uploads else list(recs)
+    if not options:
+        return None
     if url().get("rec") not in options and url().get("lesson") in recs:
         put("rec", url()["lesson"])
     name = widget(
@@ -141,7 +157,7 @@ def choose_recording(w: dict[str, str]) -> recording.Recording | None:
             file = st.file_uploader(
                 w["upload"], type=["jsonl", "json", "txt"], key="rec_file", help=w["upload_help"]
             )
-            return _parse_cached(file.getvalue()) if file is not None else None
+            return _parse_upload(file.getvalue()) if file is not None else None
         path = recs[name]
         return _load_cached(str(path), path.stat().st_mtime)
     except recording.BadRecording as exc:

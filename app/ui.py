@@ -5,8 +5,10 @@ app/state.py."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -64,7 +66,31 @@ def is_presenter(c: EngineClient) -> bool:
         return False
     if c.role != "presenter":
         return False
-    return not token or st.session_state.get("presenter_token") == token
+    typed = st.session_state.get("presenter_token") or ""
+    return not token or hmac.compare_digest(typed.encode(), token.encode())
+
+
+# Said where a viewer of a page beyond loopback would otherwise get the presenter's tools (the
+# words of app/i18n.py are the page's; these two are this module's own).
+SHARED_ONLY = {
+    "en": "On a shared page, exports and uploads are the presenter's.",
+    "pt-BR": "Numa página compartilhada, exportar e abrir arquivos é de quem apresenta.",
+}
+
+
+def may_share_files(presenter: bool) -> bool:
+    """Exports and uploads cost the page process memory and the engine's loop time: on a page
+    beyond loopback only the presenter's session may use them."""
+    return presenter or not exposed()
+
+
+_MD = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
+
+
+def plain(text: object) -> str:
+    """Data (a recording's fields, an engine's message) shown in markdown as the text it is: no
+    link, image, emphasis or HTML of its own."""
+    return _MD.sub(r"\\\1", str(text))
 
 
 CHARTS = ("all", "slots", "stalls", "kv", "lanes")
@@ -159,7 +185,8 @@ def _sidebar(needs_engine: bool) -> Ctx:
         )
         w = i18n.words(lang)
         src, c, fallback = _source(w, needs_engine)
-        rec = state.choose_recording(w) if src == "rec" else None
+        uploads = src == "rec" and (not exposed() or is_presenter(client()))
+        rec = state.choose_recording(w, uploads) if src == "rec" else None
         projector = state.widget(
             "projector", "projector", st.toggle, w["projector"], help=w["projector_help"]
         )
@@ -228,7 +255,9 @@ def send(c: EngineClient, type_: str, timeout: float = 10.0, **fields) -> dict |
         return None
 
 
-def _on_toggle(c: EngineClient, name: str) -> None:
+def _on_toggle(c: EngineClient, name: str, presenter: bool) -> None:
+    if not presenter:  # the page's own gate, whatever a widget message claims
+        return
     value = st.session_state[f"ctl_{name}"]
     answer = send(c, "control", **{name: value})
     if answer is not None:
@@ -252,7 +281,10 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
     for col, name in zip(cols, choices + numbers, strict=True):
         with col:
             kw = dict(
-                key=f"ctl_{name}", on_change=_on_toggle, args=(c, name), disabled=not presenter
+                key=f"ctl_{name}",
+                on_change=_on_toggle,
+                args=(c, name, presenter),
+                disabled=not presenter,
             )
             if name in CHOICES:
                 st.radio(w[name], CHOICES[name], horizontal=True, **kw)
@@ -287,12 +319,16 @@ def headline(summary: dict, caption: str, lang: str) -> None:
     st.caption(caption)
 
 
-def exports(c: EngineClient, key: str) -> None:
+def exports(c: EngineClient, key: str, presenter: bool) -> None:
     """Telemetry as JSON lines (which the page replays: Source → recording → open a file) and as a
-    Chrome trace (open it in ui.perfetto.dev). Charts: each chart's ⋯ menu saves PNG or SVG."""
+    Chrome trace (open it in ui.perfetto.dev). Charts: each chart's ⋯ menu saves PNG or SVG. On a
+    page beyond loopback, the presenter's alone (``may_share_files``)."""
     w = words()
     cols = st.columns([1, 1, 2])
-    if cols[0].button(w["export_prep"], key=f"{key}_prep"):
+    allowed = may_share_files(presenter)
+    if not allowed:
+        cols[2].caption(SHARED_ONLY.get(state.get("lang"), SHARED_ONLY["en"]))
+    if cols[0].button(w["export_prep"], key=f"{key}_prep", disabled=not allowed) and allowed:
         data = {}
         for fmt in ("jsonl", "chrome"):
             answer = send(c, "export", timeout=30, format=fmt)
@@ -307,7 +343,7 @@ def exports(c: EngineClient, key: str) -> None:
             jsonl, trace = local_exports(snap.steps, snap.requests)
             data = {"jsonl": jsonl, "chrome": json.dumps(trace)}
         st.session_state[f"{key}_export"] = data
-    data = st.session_state.get(f"{key}_export")
+    data = st.session_state.get(f"{key}_export") if allowed else None
     if data:
         cols[1].download_button(
             w["export_jsonl"],

@@ -65,10 +65,10 @@
       body = `<div class="bot">${esc(c.text)}</div><div class="refused">${esc(w("v_failed"))} · ${esc(c.error)}</div>`;
     } else {
       const wait = c.status === "queued" ? `<span class="queued">${esc(w("v_queued", {n: c.position}))}</span> · ` : "";
-      const ttft = c.stats.ttft_s ? ` · TTFT ${Math.round(1000 * c.stats.ttft_s)} ms` : "";
-      const req = c.request !== null ? `request #${c.request} · ` : "";
+      const ttft = c.stats.ttft_s ? ` · TTFT ${esc(Math.round(1000 * c.stats.ttft_s))} ms` : "";
+      const req = c.request !== null ? `request #${esc(c.request)} · ` : "";
       body = `<div class="bot">${esc(c.text)}${c.ended ? "" : " …"}</div>` +
-        `<div class="meta">${wait}${req}${esc(c.status)} · ${c.tokens} tokens${ttft}</div>`;
+        `<div class="meta">${wait}${req}${esc(c.status)} · ${esc(c.tokens)} tokens${ttft}</div>`;
     }
     return `<div class="user">${esc(c.prompt)}</div>${body}`;
   }

@@ -180,9 +180,10 @@
     el.dataset.step = String(last.step);
     el.dataset.tEnd = off === undefined ? "" : (last.t_end + off).toFixed(4);
     const age = off === undefined ? "" : ` · ${Math.round(Date.now() - 1000 * (last.t_end + off))} ms old at render`;
-    el.innerHTML = `${esc(w("v_step"))} <b>${last.step}</b> · ${esc(last.policy)} · ${esc(last.runner)} · ` +
-      `${esc(w("v_queue"))} ${last.queue_len}` +
-      (S.mode === "live" ? age : "");
+    // Every field escaped: a recording (or a crafted render) may hold anything in any field.
+    el.innerHTML = `${esc(w("v_step"))} <b>${esc(last.step)}</b> · ${esc(last.policy)} · ${esc(last.runner)} · ` +
+      `${esc(w("v_queue"))} ${esc(last.queue_len)}` +
+      (S.mode === "live" ? esc(age) : "");
     if (S.mode === "live") {
       $("fluxo-foot").textContent = `${S.buffer.length} steps buffered · ${S.received} received, ${S.skipped} skipped ` +
         `by the server · ${S.renders} renders (last ${S.renderMs.toFixed(0)} ms, ${S.changed} rows changed)`;

@@ -53,8 +53,18 @@
     }
   }
   S.setHeight = setHeight;
+  /* Arguments come from the Streamlit page that holds this frame, and from nothing else: a window
+   * of another origin that opened the lab (window.open) can post into this frame too. */
+  function fromStreamlit(ev) {
+    return ev.source === window.parent && ev.origin === PARENT_ORIGIN;
+  }
+  const PARENT_ORIGIN = (() => {
+    try { return window.parent.location.origin; }  // same-origin with the page (Streamlit serves both)
+    catch (e) { try { return new URL(document.referrer).origin; } catch (e2) { return location.origin; } }
+  })();
+  S.fromStreamlit = fromStreamlit;
   window.addEventListener("message", ev => {
-    if (!ev.data || ev.data.type !== "streamlit:render") return;
+    if (!fromStreamlit(ev) || !ev.data || ev.data.type !== "streamlit:render") return;
     onArgs(ev.data.args || {});
   });
   new ResizeObserver(setHeight).observe(document.body);
@@ -118,7 +128,7 @@
   }
 
   function esc(s) {
-    return String(s === undefined || s === null ? "" : s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
+    return String(s === undefined || s === null ? "" : s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
   }
   S.esc = esc;
 

@@ -55,7 +55,7 @@ def run_live() -> dict | None:
     st.caption(
         w["cmp_line"].format(w=workload, a=i18n.settings(a_cfg, lang), b=i18n.settings(b_cfg, lang))
     )
-    if st.button(w["cmp_run"], key="cmp_run", type="primary", disabled=not presenter):
+    if st.button(w["cmp_run"], key="cmp_run", type="primary", disabled=not presenter) and presenter:
         with st.spinner(w["cmp_wait"]):
             answer = ui.send(
                 c, "compare", timeout=600, workload=workload, a=a_cfg, b=b_cfg, scale=scale
@@ -79,8 +79,8 @@ def from_recording() -> dict | None:
     ratios = dict(rec.meta.get("ratios") or {})  # the engine's, kept when it recorded
     st.caption(
         w["cmp_rec"].format(
-            lesson=rec.meta.get("lesson", rec.source),
-            w=rec.meta.get("workload", "?"),
+            lesson=ui.plain(rec.meta.get("lesson", rec.source)),  # a file's words: text only
+            w=ui.plain(rec.meta.get("workload", "?")),
             scale=i18n.num(rec.meta.get("scale"), 2, lang),
         )
     )
@@ -138,13 +138,13 @@ if not result:
 show_ratios(result.get("ratios", {}))
 st.dataframe(table(result), width="stretch")
 same = {k: v for k, v in result["a"]["config"].items() if result["b"]["config"].get(k) == v}
-st.caption(f"A, B: {i18n.settings(same, lang)}")
+st.caption(f"A, B: {ui.plain(i18n.settings(same, lang))}")  # a recording's config: text only
 left, right = st.columns(2, gap="large")
 for col, side in ((left, "a"), (right, "b")):
     run = result[side]
     steps = run["steps"]
     with col:
-        st.subheader(f"{side.upper()}: {differs(result, side)}")
+        st.subheader(f"{side.upper()}: {ui.plain(differs(result, side))}")
         caption = w["run_steps"].format(side=side.upper(), n=i18n.num(len(steps), 0, lang))
         kw = dict(
             lang=lang,

@@ -254,25 +254,32 @@ with right:
             icon=":material/science:",
         )
     help_ = None if presenter else words["presenter_only"]
-    if st.button(
-        words["setup"],
-        key="lesson_setup",
-        icon=":material/play_arrow:",
-        type="primary",
-        disabled=not presenter,
-        help=help_,
+    if (
+        st.button(
+            words["setup"],
+            key="lesson_setup",
+            icon=":material/play_arrow:",
+            type="primary",
+            disabled=not presenter,
+            help=help_,
+        )
+        and presenter
     ):
         if setup_scenario(c, scenario):
             st.session_state["lesson_ok"] = name
         st.rerun()
     if st.session_state.get("lesson_ok") == name:
         st.success(words["setup_ok"])
-    if compares(scenario) and st.button(
-        words["compare"],
-        key="lesson_compare",
-        icon=":material/compare_arrows:",
-        disabled=not presenter,
-        help=help_ or words["compare_help"],
+    if (
+        compares(scenario)
+        and st.button(
+            words["compare"],
+            key="lesson_compare",
+            icon=":material/compare_arrows:",
+            disabled=not presenter,
+            help=help_ or words["compare_help"],
+        )
+        and presenter
     ):
         results = run_compares(c, scenario, words)
         if results is not None:

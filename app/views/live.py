@@ -22,9 +22,9 @@ def replay_view() -> None:
         ui.headline(run.summary, w["over_run"], lang)
         st.caption(
             w["rec_caption"].format(
-                when=meta.get("when", "?"),
-                model=meta.get("model", "?"),
-                device=meta.get("device", "?"),
+                when=ui.plain(meta.get("when", "?")),
+                model=ui.plain(meta.get("model", "?")),
+                device=ui.plain(meta.get("device", "?")),
                 steps=i18n.num(len(run.steps), 0, lang),
                 total=i18n.num(run.steps_total or len(run.steps), 0, lang),
             )
@@ -59,12 +59,15 @@ def traffic_controls(c, presenter: bool, traffic: dict | None) -> None:
     sigma = t5.number_input(w["sigma"], 0.0, 2.0, 1.0, 0.1, key="tr_sigma", disabled=off)
     tmax = t6.number_input(w["max_tokens"], 8, 1024, 256, key="tr_max", disabled=off)
     b1, b2, b3 = st.columns([1, 1, 2])
-    if b1.button(
-        w["start_traffic"],
-        key="tr_start",
-        icon=":material/play_arrow:",
-        disabled=off,
-        type="primary",
+    if (
+        b1.button(
+            w["start_traffic"],
+            key="tr_start",
+            icon=":material/play_arrow:",
+            disabled=off,
+            type="primary",
+        )
+        and presenter
     ):
         ui.send(
             c,
@@ -78,7 +81,10 @@ def traffic_controls(c, presenter: bool, traffic: dict | None) -> None:
             max_tokens=int(tmax),
         )
         st.rerun()
-    if b2.button(w["stop_traffic"], key="tr_stop", icon=":material/stop:", disabled=off):
+    if (
+        b2.button(w["stop_traffic"], key="tr_stop", icon=":material/stop:", disabled=off)
+        and presenter
+    ):
         ui.send(c, "traffic", action="stop")
         st.rerun()
     b3.markdown(
@@ -110,7 +116,7 @@ def live_view() -> None:
     )
     if ctx.chart == "all":
         st.divider()
-        ui.exports(c, "live")
+        ui.exports(c, "live", ctx.presenter)
 
 
 if ctx.src == "rec":

@@ -17,18 +17,25 @@ def engine_controls(c, presenter: bool) -> None:
     st_ = c.snapshot(steps=0).state
     paused = bool(st_.get("paused"))
     b1, b2, b3, b4 = st.columns([1, 1, 1, 3])
-    if b1.button(
-        w["pause"], key="pause", icon=":material/pause:", disabled=not presenter or paused
+    # ``and presenter``: the page's own gate, not only the widget's ``disabled``
+    if (
+        b1.button(
+            w["pause"], key="pause", icon=":material/pause:", disabled=not presenter or paused
+        )
+        and presenter
     ):
         ui.send(c, "pause")
         st.rerun()
-    if b2.button(
-        w["step_once"],
-        key="step_once",
-        icon=":material/skip_next:",
-        disabled=not presenter,
-        type="primary",
-        help=w["step_once_help"],
+    if (
+        b2.button(
+            w["step_once"],
+            key="step_once",
+            icon=":material/skip_next:",
+            disabled=not presenter,
+            type="primary",
+            help=w["step_once_help"],
+        )
+        and presenter
     ):
         before = c.snapshot(steps=1).steps
         answer = ui.send(c, "step")
@@ -42,11 +49,14 @@ def engine_controls(c, presenter: bool) -> None:
             time.sleep(0.05)
         state.put("at", None)  # follow the newest step
         st.rerun()
-    if b3.button(
-        w["resume"],
-        key="resume",
-        icon=":material/play_arrow:",
-        disabled=not presenter or not paused,
+    if (
+        b3.button(
+            w["resume"],
+            key="resume",
+            icon=":material/play_arrow:",
+            disabled=not presenter or not paused,
+        )
+        and presenter
     ):
         ui.send(c, "resume")
         st.rerun()
@@ -131,12 +141,13 @@ def what_happened(rec: dict, requests: list[dict]) -> None:
             if rec["policy"] == "static":
                 why += w["dead_note"]
         elif r.get("error"):
-            why = f"{why}: {r['error']}"
+            why = f"{why}: {ui.plain(r['error'])}"
         st.info(w["ended"].format(rid=rid, why=why))
     for rid in rec["preempted"]:
         st.warning(w["preempted"].format(rid=rid))
     for ev in rec["events"]:
-        st.caption(w["event"].format(kind=ev.get("kind"), changes=ev.get("changes", "")))
+        kind, changes = ui.plain(ev.get("kind")), ui.plain(ev.get("changes", ""))
+        st.caption(w["event"].format(kind=kind, changes=changes))
     if not (rec["admitted"] or rec["finished"] or rec["preempted"]):
         st.caption(w["nothing"])
 

@@ -46,7 +46,8 @@ class Http:
     def request(self, method: str, path: str, body: bytes | None = None, headers: str = "") -> None:
         length = f"Content-Length: {len(body)}\r\n" if body is not None else ""
         self.send(
-            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}{length}\r\n".encode() + (body or b"")
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}{length}\r\n".encode()
+            + (body or b"")
         )
 
     def response(self) -> tuple[int, dict[str, str], bytes]:

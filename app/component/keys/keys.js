@@ -106,11 +106,12 @@
     el.style.cssText = "position:fixed;inset:0;z-index:1000000;background:rgba(0,0,0,.55);display:flex;" +
       "align-items:center;justify-content:center;font-family:system-ui,sans-serif";
     const rows = [["Page Down", w("k_pgdn")], ["Page Up", w("k_pgup")], ["␣", w("k_space")], ["?", w("k_help")]];
+    const esc = t => String(t).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
     el.innerHTML = `<div style="background:#fff;color:#111;padding:28px 36px;border-radius:12px;font-size:24px;` +
-      `max-width:900px"><h2 style="margin:0 0 16px 0;font-size:32px">${w("k_title")}</h2><table>` +
+      `max-width:900px"><h2 style="margin:0 0 16px 0;font-size:32px">${esc(w("k_title"))}</h2><table>` +
       rows.map(([k, d]) => `<tr><td style="padding:6px 24px 6px 0"><kbd style="border:2px solid #444;` +
-        `border-radius:6px;padding:2px 10px;font-weight:700">${k}</kbd></td><td>${d}</td></tr>`).join("") +
-      `</table><p style="color:#555;font-size:18px;margin:16px 0 0 0">${w("k_close")}</p></div>`;
+        `border-radius:6px;padding:2px 10px;font-weight:700">${esc(k)}</kbd></td><td>${esc(d)}</td></tr>`).join("") +
+      `</table><p style="color:#555;font-size:18px;margin:16px 0 0 0">${esc(w("k_close"))}</p></div>`;
     el.addEventListener("click", () => overlay(false));
     doc.body.appendChild(el);
   }
@@ -145,6 +146,8 @@
   top.__fluxoKeysListener = mine;
   doc.addEventListener("keydown", mine);
   window.addEventListener("message", ev => {
+    // only the Streamlit page holding this frame (same origin) may set its arguments
+    if (ev.source !== window.parent || ev.origin !== location.origin) return;
     if (ev.data && ev.data.type === "streamlit:render") {
       args = ev.data.args || args;
       top.__fluxoKeysReady = true;
