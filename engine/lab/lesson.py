@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -76,7 +77,7 @@ HEAD = {
     "pt-BR": (
         "afirmação",
         "limite",
-        "medido (short / full)",
+        "medido (curta / completa)",
         "Execuções",
         "medido em",
         "não rodou",
@@ -84,6 +85,44 @@ HEAD = {
         "thread(s) do torch",
     ),
 }
+
+
+VARIANT = {"en": {"short": "short", "full": "full"}, "pt-BR": {"short": "curta", "full": "completa"}}
+# A number in a lesson's prose, rendered from measured.json by --save (never typed):
+# <!-- n short:batch-8,decode_tput/batch-1,decode_tput@2 -->3.77<!-- /n --> is the short run's
+# batch-8 decode_tput over batch-1's, 2 decimals; "check3" names the 4th claim's measured value;
+# "x1000" after the digits scales (seconds to ms). tests/lessons/test_lessons.py holds every text
+# to it.
+NUMBER = re.compile(r"<!-- n (?P<expr>\S+) -->(?P<value>.*?)<!-- /n -->")
+
+
+def prose_number(measured: dict, expr: str, lang: str) -> str:
+    """The value of one ``<!-- n EXPR -->`` marker, formatted for ``lang``."""
+    spec, _, fmt = expr.partition("@")
+    digits, _, factor = fmt.partition("x")
+    variant, _, path = spec.partition(":")
+    doc = measured[variant]
+
+    def one(term: str) -> float:
+        if term.startswith("check"):
+            return float(doc["checks"][int(term[5:])]["measured"])
+        run, metric = term.rsplit(",", 1)
+        return float(doc["runs"][run]["summary"][metric])
+
+    terms = [one(t) for t in path.split("/")]
+    value = terms[0] / terms[1] if len(terms) == 2 else terms[0]
+    text = f"{value * float(factor or 1):.{int(digits or 2)}f}"
+    return text.replace(".", ",") if lang == "pt-BR" else text
+
+
+def render_numbers(text: str, measured: dict, lang: str) -> str:
+    """``text`` with every ``<!-- n EXPR -->`` marker's value rendered from ``measured``."""
+
+    def sub(m: re.Match) -> str:
+        value = prose_number(measured, m["expr"], lang)
+        return f"<!-- n {m['expr']} -->{value}<!-- /n -->"
+
+    return NUMBER.sub(sub, text)
 
 
 def _num(x: float, lang: str) -> str:
@@ -128,16 +167,21 @@ def measured_markdown(scenario: dict, measured: dict, lang: str) -> str:
         threads = f", {doc['threads']} {h[7]}" if "threads" in doc else ""
         lines += [
             "",
-            f"{h[3]} ({variant}, {h[4]} {doc.get('when', '?')}, {h[6]} {load_avg}{threads}): "
+            f"{h[3]} ({VARIANT[lang][variant]}, {h[4]} {doc.get('when', '?')}, {h[6]} "
+            f"{load_avg}{threads}): "
             f"{runs}.",
         ]
     return "\n".join(lines)
 
 
 def write_notes(path: Path, scenario: dict) -> None:
-    """Refresh the measured block of teacher.{lang}.md from measured.json (numbers never typed)."""
+    """Refresh the measured block of teacher.{lang}.md from measured.json, and every prose number
+    (``<!-- n ... -->``) of the four texts (numbers never typed)."""
     measured = json.loads((path / "measured.json").read_text())
     for lang in HEAD:
+        student = path / f"{lang}.md"
+        if student.exists():
+            student.write_text(render_numbers(student.read_text(), measured, lang))
         notes = path / f"teacher.{lang}.md"
         if not notes.exists():
             continue
@@ -153,7 +197,7 @@ def write_notes(path: Path, scenario: dict) -> None:
             if start in text and end in text:
                 head, rest = text.split(start, 1)
                 text = f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
-        notes.write_text(text)
+        notes.write_text(render_numbers(text, measured, lang))
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

@@ -9,6 +9,7 @@ files and scenario structure: test_lesson_files.py.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 
 from engine.core import device
 from engine.lab.bench import warm_up
+from engine.lab.lesson import NUMBER, render_numbers
 from engine.lab.scenario import lesson_dirs, load, run_lesson
 
 LESSONS = lesson_dirs()
@@ -172,3 +174,16 @@ def test_lesson_claims_replayed(number, model) -> None:
     r = lesson(number, model)
     assert not _failed(r), _failed(r)
     EXTRA.get(number, lambda _: None)(r)
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name[:2])
+def test_prose_numbers_are_the_stored_runs(path) -> None:
+    """Every ``<!-- n ... -->`` number of a lesson's four texts is what its measured.json says
+    (``python -m engine.lesson N --save`` renders them; a text edited by hand, or a run re-saved
+    without re-rendering, fails here)."""
+    measured = json.loads((path / "measured.json").read_text())
+    for name in ("en.md", "pt-BR.md", "teacher.en.md", "teacher.pt-BR.md"):
+        text = (path / name).read_text()
+        lang = "pt-BR" if "pt-BR" in name else "en"
+        assert render_numbers(text, measured, lang) == text, f"{path.name}/{name}: stale numbers"
+        assert all(m["value"] != "?" for m in NUMBER.finditer(text)), f"{path.name}/{name}"
