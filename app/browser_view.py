@@ -11,7 +11,9 @@ functions of ``app/charts/``.
   script only renders the component when it reruns for a widget; no rerun per step.
 - :func:`recorded`: the records come as arguments (Step by step, Compare); drawn once per change.
 
-The browser reaches the engine at ``ws(s)://<the page's host>:<port of FLUXO_ENGINE_URL>``, or at
+The browser reaches the engine at ``ws(s)://<the page's host>:<port of FLUXO_ENGINE_URL>``, or
+through the page's own origin (``app/relay.py``, when the page runs as ``app/asgi.py``: first when
+the page is not on loopback or on HTTPS, and whenever the direct port does not answer), or at
 ``FLUXO_ENGINE_PUBLIC_URL`` when set (the engine behind another host name or a proxy).
 """
 
@@ -45,6 +47,8 @@ def engine_endpoint() -> dict[str, Any]:
     return {
         "engine_port": port,
         "engine_public_url": os.environ.get("FLUXO_ENGINE_PUBLIC_URL") or None,
+        # set by app/asgi.py when this page's server relays the engine on its own origin
+        "relay_path": os.environ.get("FLUXO_RELAY_PATH") or None,
     }
 
 

@@ -15,6 +15,7 @@ VIEW: dict[str, tuple[str, str]] = {
         "conectado ao motor como {client} · modelo {model}",
     ),
     "v_connecting": ("connecting to {url}", "conectando a {url}"),
+    "v_via_relay": (" · through this page's address", " · pelo endereço desta página"),
     "v_unreachable": (
         "engine not reachable at {url}: {why}; retrying in {s} s",
         "motor inalcançável em {url}: {why}; nova tentativa em {s} s",

@@ -55,7 +55,8 @@ def start_engine(tmp: Path, *args: str, model: str = "tiny") -> tuple[subprocess
 def start_streamlit(
     tmp: Path, engine_url: str, address: str = "127.0.0.1", env_extra: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen, str]:
-    """``streamlit run app/streamlit_app.py`` headless on a free port, listening on ``address``
+    """``streamlit run app/asgi.py`` (the pages and the engine relay) headless on a free port,
+    listening on ``address``
     (loopback by default; ``0.0.0.0`` is a classroom); waits on /_stcore/health."""
     port = free_port()
     log = tmp / f"streamlit-{port}.log"
@@ -68,7 +69,7 @@ def start_streamlit(
             "-m",
             "streamlit",
             "run",
-            "app/streamlit_app.py",
+            "app/asgi.py",  # as make lab starts it: the pages and the relay
             "--server.headless",
             "true",
             "--server.address",

@@ -34,22 +34,44 @@
   }
 
   // -- the engine connection (live mode) ------------------------------------------------------
+  // Two routes to the engine: its own port on the page's host name ("direct"), or the page's own
+  // origin, which relays it (app/relay.py: Codespaces, Colab, HTTPS proxies, one forwarded port).
+  // The relay is taken first when the page is not on this machine's loopback or is on HTTPS, and
+  // after a direct attempt that never opened.
+  const LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "[::1]", "::1"];
+  function route() {
+    const a = S.args;
+    if (a.engine_public_url) return "public";
+    if (!a.relay_path) return "direct";
+    if (S.route) return S.route;
+    const local = LOOPBACK_HOSTS.includes(location.hostname) && location.protocol !== "https:";
+    return local ? "direct" : "relay";
+  }
+
   function engineUrl() {
     const a = S.args;
-    if (a.engine_public_url) return a.engine_public_url;
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    return `${scheme}://${location.hostname}:${a.engine_port}`;
+    switch (route()) {
+      case "public": return a.engine_public_url;
+      case "relay": return `${scheme}://${location.host}${a.relay_path}`;
+      default: return `${scheme}://${location.hostname}:${a.engine_port}`;
+    }
   }
 
   function connect() {
     if (S.ws) return;
     clearTimeout(S.reconnectTimer);
     const url = engineUrl();
+    S.via = route();
     setStatus("connecting", w("v_connecting", {url: url}));
-    let ws;
+    let ws, opened = false;
     try { ws = new WebSocket(url); } catch (e) { scheduleReconnect(String(e)); return; }
     S.ws = ws;
-    ws.onopen = () => { S.backoff = 250; if (!document.hidden) subscribe(); };
+    ws.addEventListener("close", () => {
+      // a direct route that never opened: the browser cannot reach the engine's port
+      if (!opened && S.via === "direct" && S.args.relay_path) S.route = "relay";
+    });
+    ws.onopen = () => { opened = true; S.backoff = 250; if (!document.hidden) subscribe(); };
     ws.onmessage = ev => onMessage(JSON.parse(ev.data));
     ws.onclose = ev => {
       S.ws = null;
@@ -109,7 +131,8 @@
     switch (m.type) {
       case "hello":
         S.client = m.client; S.role = m.role; S.limits = m.limits; S.state = m.state || {};
-        setStatus("connected", w("v_connected", {client: m.client, model: m.model}));
+        // what this browser sees: the engine directly, or through the page's relay
+        setStatus("connected", w("v_connected", {client: m.client, model: m.model}) + (S.via === "relay" ? w("v_via_relay") : ""));
         break;
       case "state":
         S.state = m;

@@ -75,6 +75,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--timeout", type=float, default=300.0, help="seconds to wait for both to come up"
     )
+    ap.add_argument(
+        "--policy-file",
+        action="append",
+        default=[],
+        help="a scheduling policy file of this machine's, passed to engine.serve (repeatable)",
+    )
     return ap.parse_args(argv)
 
 
@@ -113,6 +119,8 @@ def commands(
     for flag, value in (("--max-open", args.max_open), ("--rate-limit", args.rate_limit)):
         if value is not None:
             engine += [flag, str(value)]
+    for path in args.policy_file:  # absolute: engine.serve may start in another directory
+        engine += ["--policy-file", str(Path(path).resolve())]
     # the token travels in the children's environment (FLUXO_TOKEN), never on a command line
     # that `ps` shows every user of the machine
     page = [
@@ -120,7 +128,7 @@ def commands(
         "-m",
         "streamlit",
         "run",
-        str(ROOT / "app" / "streamlit_app.py"),
+        str(ROOT / "app" / "asgi.py"),  # the pages plus the relay route (app/relay.py)
         "--server.headless",
         "true",
         "--server.address",

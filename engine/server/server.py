@@ -242,7 +242,9 @@ class Server(ViewerMessages, PresenterMessages):
     async def _handle(self, ws: ServerConnection) -> None:
         self._ids += 1
         peer = self._peer_of(ws)
-        presenter = self.token is None and self.loopback
+        # A loopback lab with no token presents to this machine's own clients; a client relayed
+        # from elsewhere (X-Forwarded-For through the page's relay, app/relay.py) never does.
+        presenter = self.token is None and self.loopback and peer.own
         query = parse_qs(urlsplit(ws.request.path).query) if ws.request else {}
         if "token" in query and self._presents(peer, query["token"][0]):
             presenter = True

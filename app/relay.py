@@ -1,0 +1,95 @@
+"""The engine's websocket relayed through the page's own origin (``/fluxo/engine``).
+
+The browser view dials the engine's port directly (``ws://<page host>:8765``) where it can. Where
+it cannot -- Codespaces or Colab (one forwarded port per host name), behind an HTTPS proxy, a
+``docker run -p 8501`` with no other port, a firewall -- the page's own server relays it: the
+browser opens a websocket to the page's origin, and this route opens one to the engine on
+loopback and copies frames both ways until either side closes.
+
+The relay changes nothing about who a student is. It accepts only a browser of the page's own
+origin (the ``Origin`` of the request must name the ``Host`` it was sent to), passes the
+browser's own address on as ``X-Forwarded-For`` (the engine believes it from a loopback proxy
+only, and counts limits and fair shares under it, so two relayed students keep separate limits)
+and the query string (a token) as it came; it sends no ``Origin`` of its own, and the engine
+makes a relayed student a viewer: only this machine's own address may present without a token.
+Measured cost: one more hop on the page's core for every frame (a step record, ~1-4 KB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from urllib.parse import urlsplit
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+PATH = "/fluxo/engine"
+DEFAULT_ENGINE_URL = "ws://127.0.0.1:8765"
+
+
+def same_origin(origin: str | None, host: str | None) -> bool:
+    """A browser's ``Origin`` names the host (and port) its request was sent to."""
+    if not origin or not host:
+        return False
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return False
+    default = 443 if parts.scheme == "https" else 80
+    netloc = parts.netloc.lower()
+    if parts.port is None:
+        netloc = f"{netloc}:{default}"
+    want = host.lower() if ":" in host.rsplit("]", 1)[-1] else f"{host.lower()}:{default}"
+    return netloc == want
+
+
+def upstream_url(query: str) -> str:
+    base = os.environ.get("FLUXO_ENGINE_URL", DEFAULT_ENGINE_URL).rstrip("/")
+    return f"{base}/?{query}" if query else f"{base}/"
+
+
+async def relay(ws: WebSocket) -> None:
+    """One browser's connection to the engine, frame for frame."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    if not same_origin(ws.headers.get("origin"), ws.headers.get("host")):
+        await ws.close(code=1008, reason="forbidden_origin")
+        return
+    client = ws.client.host if ws.client else "unknown"
+    forwarded = ", ".join(x for x in (ws.headers.get("x-forwarded-for"), client) if x)
+    try:
+        upstream = await connect(
+            upstream_url(ws.url.query),
+            additional_headers={"X-Forwarded-For": forwarded},
+            max_size=None,
+            open_timeout=10,
+        )
+    except (OSError, TimeoutError, ConnectionClosed) as exc:
+        await ws.close(code=1011, reason=f"engine unreachable: {type(exc).__name__}"[:120])
+        return
+    await ws.accept()
+
+    async def down() -> None:  # engine -> browser
+        async for frame in upstream:
+            await (ws.send_text(frame) if isinstance(frame, str) else ws.send_bytes(frame))
+
+    async def up() -> None:  # browser -> engine
+        while True:
+            msg = await ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                return
+            await upstream.send(msg["text"] if msg.get("text") is not None else msg["bytes"])
+
+    tasks = [asyncio.create_task(down()), asyncio.create_task(up())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    except (ConnectionClosed, WebSocketDisconnect):
+        pass
+    finally:
+        for t in tasks:
+            t.cancel()
+        await upstream.close()
+        try:
+            await ws.close()
+        except RuntimeError:  # already closed by the browser
+            pass
