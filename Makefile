@@ -8,7 +8,7 @@ PYTHON ?= python3
 # Linux); a Linux machine without a GPU saves ~2.5 GB with PyTorch's CPU index here.
 TORCH_INDEX ?=
 
-.PHONY: setup setup-test lab demo test test-lessons bench clean
+.PHONY: setup setup-test lab demo test test-fast test-lessons bench clean
 
 setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
@@ -35,6 +35,9 @@ demo: setup
 
 test: setup-test
 	$(PY) -m pytest -q -rs tests
+
+test-fast: setup-test  # the inner loop: tiny model only, no SmolLM2, no browser, no replays
+	$(PY) -m pytest -q -rs -m "not model and not browser and not slow" tests
 
 test-lessons: setup-test  # only the lessons: structure, Portuguese, and every claim replayed
 	$(PY) -m pytest -q -rs tests/lessons

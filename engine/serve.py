@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 
-from engine import __version__
 from engine.core import cpu
 from engine.core.config import DTYPES, KV_LAYOUTS, POLICIES, RUNNERS, EngineConfig, lab_weights
 from engine.core.engine import Engine
@@ -28,9 +27,15 @@ from engine.server.server import Comparison, Limits, Origins, Server
 SMOLLM2_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what vLLM-style clients send as model
 
 
+def fluxo_version() -> str:
+    import engine
+
+    return engine.__version__
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.serve", description=__doc__)
-    ap.add_argument("--version", action="version", version=f"Fluxo {__version__}")
+    ap.add_argument("--version", action="version", version=f"Fluxo {fluxo_version()}")
     for add in (_network_args, _model_args, _scheduler_args, _limit_args, _cpu_args):
         add(ap)  # in this order: --help lists them so
     return ap.parse_args(argv)

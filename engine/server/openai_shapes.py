@@ -78,6 +78,7 @@ STATUS: dict[str, tuple[int, str]] = {
         503,
         "server_error",
     ),
+    "unsupported_model": (400, "invalid_request_error"),  # at start only, never over HTTP
     # the wire protocol
     "bad_json": (400, "invalid_request_error"),
     "bad_utf8": (400, "invalid_request_error"),
