@@ -21,6 +21,7 @@ from engine.core import cpu
 from engine.core.config import DTYPES, KV_LAYOUTS, POLICIES, RUNNERS, EngineConfig, lab_weights
 from engine.core.engine import Engine
 from engine.core.errors import FluxoError
+from engine.core.policy import registry as policy
 from engine.lab import scenario
 from engine.server.server import Comparison, Limits, Origins, Server
 
@@ -119,7 +120,14 @@ def _model_args(ap: argparse.ArgumentParser) -> None:
 
 
 def _scheduler_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--policy", default="continuous", choices=POLICIES)
+    ap.add_argument("--policy", default="continuous", help=f"{', '.join(POLICIES)} or a loaded one")
+    ap.add_argument(
+        "--policy-file",
+        action="append",
+        default=[],
+        help="a Python file of this machine's defining Policy subclasses (engine/core/policy/), "
+        "loaded at start and switched live like the built-ins (repeatable); never uploaded",
+    )
     ap.add_argument("--runner", default="sync", choices=RUNNERS)
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--kv-blocks", type=int, default=256)
@@ -272,6 +280,9 @@ def main(argv: list[str] | None = None) -> None:
         token = secrets.token_urlsafe(12)
         print(f"presenter token (bound to {args.host}, control needs it): {token}", flush=True)
     try:
+        loaded = [name for path in args.policy_file for name in policy.load_file(path)]
+        if loaded:
+            print(f"policies loaded from files: {', '.join(loaded)}", flush=True)
         config = _config(args)
         engine = Engine(
             config, max_telemetry_steps=args.history, max_telemetry_requests=args.history

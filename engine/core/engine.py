@@ -24,6 +24,7 @@ from engine.core.errors import FluxoError, KVBudgetTooSmall, StepFailed
 from engine.core.inbox import Inbox
 from engine.core.model import eos_ids, load_for_engine
 from engine.core.model_runner import ModelRunner
+from engine.core.policy import registry as policies
 from engine.core.requests import RequestHandle, check_params, check_token_ids, detokenize, encode
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import PLACEHOLDER, Event, Sequence, Status
@@ -141,9 +142,11 @@ class Engine:
         return {"blocks_total": self.blocks.budget, "blocks_used": self.blocks.num_used}
 
     def execution(self) -> dict[str, object]:
-        """How steps execute: ``cuda_graphs`` (decode graphs on) and the CPU ``weights`` format."""
+        """How steps execute: ``cuda_graphs`` (decode graphs on), the CPU ``weights`` format and
+        the ``policies`` a ``control`` may name (the built-ins, then those loaded at start)."""
         weights = getattr(getattr(self.runner, "forward_impl", None), "weights", "fp32")
-        return {"cuda_graphs": bool(self.cuda and self.cuda.graphs_on), "weights": weights}
+        graphs = bool(self.cuda and self.cuda.graphs_on)
+        return {"cuda_graphs": graphs, "weights": weights, "policies": list(policies.names())}
 
     def live_requests(self) -> list[Sequence]:
         return list(self.inbox.live.values())

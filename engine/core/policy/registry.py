@@ -20,6 +20,7 @@ from engine.core.policy.builtin import BUILTINS
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in BUILTINS}
 BUILTIN_NAMES = tuple(_REGISTRY)
+_SOURCES: dict[str, Path] = {}  # loaded name -> its file: loading the same file again replaces
 
 
 def names() -> tuple[str, ...]:
@@ -35,8 +36,9 @@ def get(name: str) -> type[Policy]:
     return _REGISTRY[name]
 
 
-def register(cls: type[Policy]) -> str:
-    """Add ``cls`` under ``cls.name``; a bad or taken name is an ``InvalidPolicy``."""
+def register(cls: type[Policy], source: Path | None = None) -> str:
+    """Add ``cls`` under ``cls.name``; a bad or taken name is an ``InvalidPolicy`` (a name taken
+    by the same ``source`` file is replaced: the file was loaded again)."""
     if not (isinstance(cls, type) and issubclass(cls, Policy)):
         raise InvalidPolicy(f"{cls!r} is not a Policy subclass")
     name = cls.name
@@ -45,11 +47,14 @@ def register(cls: type[Policy]) -> str:
             f"policy {cls.__name__} needs a name of 1-32 lowercase letters, digits, - or _ "
             f"(starting with a letter), got {name!r}"
         )
-    if _REGISTRY.get(name, cls) is not cls:
+    again = source is not None and _SOURCES.get(name) == source
+    if _REGISTRY.get(name, cls) is not cls and not again:
         raise InvalidPolicy(f"a policy named {name!r} is already registered")
     if cls.trusted or cls.batch:
         raise InvalidPolicy(f"policy {name!r}: trusted and batch are for the built-ins")
     _REGISTRY[name] = cls
+    if source is not None:
+        _SOURCES[name] = source
     return name
 
 
@@ -57,6 +62,7 @@ def unregister(name: str) -> None:
     """Forget a loaded policy (tests); the built-ins stay."""
     if name not in BUILTIN_NAMES:
         _REGISTRY.pop(name, None)
+        _SOURCES.pop(name, None)
 
 
 def load_file(path: str | Path) -> list[str]:
@@ -83,4 +89,4 @@ def load_file(path: str | Path) -> list[str]:
     ]
     if not found:
         raise InvalidPolicy(f"{path}: defines no subclass of engine.core.policy.Policy")
-    return [register(cls) for cls in found]
+    return [register(cls, path.resolve()) for cls in found]
