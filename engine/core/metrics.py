@@ -302,3 +302,48 @@ def queueing(steps: list[Record], requests: list[Record], itl_target_s: float) -
         "slo_met_fraction": len(met) / len(done),
         "goodput_rps": len(met) / (t1 - t0) if t1 > t0 else NAN,
     }
+
+
+# -- scoring a policy (engine/lab/score.py) ----------------------------------------------------
+def jain_index(values: list[float]) -> float:
+    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)``: 1 when every value is equal, 1/n when
+    one takes everything; NaN for no values or all zero."""
+    square = sum(x * x for x in values)
+    return ratio(sum(values) ** 2, len(values) * square)
+
+
+def meets_targets(request: Record, ttft_target_s: float, itl_p99_target_s: float) -> bool:
+    """A finished request with TTFT <= ``ttft_target_s`` and the p99 of its own inter-token gaps
+    <= ``itl_p99_target_s`` (a one-token answer has no gap)."""
+    if request["finished"] is None or request["first_token"] is None:
+        return False
+    gaps = inter_token_latencies([request])
+    itl = percentile(gaps, 99) if gaps else 0.0
+    return ttfts([request])[0] <= ttft_target_s and itl <= itl_p99_target_s
+
+
+def goodput(
+    requests: list[Record], ttft_target_s: float, itl_p99_target_s: float
+) -> dict[str, Any]:
+    """Requests meeting ``meets_targets`` per second from the first arrival to the last finish
+    (``goodput_rps``), their share, the same per client, Jain's index of the per-client goodput
+    (``fairness``), and the goodput of all clients but the one that sent most (the class when one
+    student floods)."""
+    done = [r for r in requests if r["finished"] is not None]
+    if not done:
+        return {}
+    span = max(r["finished"] for r in done) - min(r["arrival"] for r in requests)
+    met, sent = dict[str, int](), dict[str, int]()
+    for r in requests:
+        client = r.get("client", "")
+        sent[client] = sent.get(client, 0) + 1
+        met[client] = met.get(client, 0) + meets_targets(r, ttft_target_s, itl_p99_target_s)
+    per_client = {c: ratio(n, span) for c, n in sorted(met.items())}
+    heaviest = max(sent, key=lambda c: (sent[c], c))
+    return {
+        "goodput_rps": ratio(sum(met.values()), span),
+        "slo_met_fraction": sum(met.values()) / len(requests),
+        "goodput_by_client": per_client,
+        "fairness": jain_index(list(per_client.values())),
+        "goodput_rps_without_heaviest": ratio(sum(met.values()) - met[heaviest], span),
+    }

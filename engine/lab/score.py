@@ -1,0 +1,172 @@
+"""``python -m engine.policy score my_policy.py``: a policy against the built-ins on a trace.
+
+Each run replays the trace (``engine/workloads/trace.py``) on a fresh engine sharing the loaded
+weights: a request is submitted once the engine clock passes its ``arrival_s``, every answer is
+generated to its ``max_tokens``. The clock is, by default, *priced*: each step advances it by what
+``PRICES`` says the step costs (SmolLM2 q4 on a quiet 2-core CPU: ~28 ms a step plus ~1.5 ms a
+row), so a score is the same on every machine and under any load, like lesson 7's counted
+yardsticks (``engine/lab/stepclock.py``); the engine, the model and the tokens are real, only
+the seconds are counted. ``--clock wall`` times the real steps instead.
+
+Per run: throughput, TTFT and ITL percentiles, preemptions, goodput under the targets (a request
+meets them with TTFT <= ``--ttft-target`` and the p99 of its gaps <= ``--itl-target``, as lesson 7
+counts goodput), fairness (Jain's index of per-client goodput) and the goodput of every client but
+the heaviest; every formula is ``engine/core/metrics.py``'s. ``ratios``: the policy over each
+built-in, metric by metric.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from engine.core.config import EngineConfig
+from engine.core.cost_model import CostModel
+from engine.core.engine import Engine
+from engine.core.errors import FluxoError
+from engine.core.metrics import goodput, percentile, ratio, summarize, ttfts
+from engine.core.policy import registry
+from engine.core.requests import encode
+from engine.lab.specs import ITL_TARGET_S
+from engine.workloads.trace import BadTrace, TraceItem
+
+# c0 (s a step), per row of the flat batch, per logit row, per 1000 attention pairs: the forward's
+# cost model (engine/core/cost_model.py) with fixed coefficients. A decode step of 8 rows: 40 ms.
+PRICES = (0.028, 0.0015, 0.0, 0.0)
+TTFT_TARGET_S = 2.0
+CONFIG = dict(max_slots=8, kv_blocks=1024, block_size=16, chunk_budget=64, fill_timeout_s=0.5)
+RATIO_KEYS = (
+    "goodput_rps",
+    "goodput_rps_without_heaviest",
+    "fairness",
+    "throughput",
+    "ttft_p50",
+    "ttft_p99",
+    "itl_p50",
+    "itl_p99",
+    "preemptions",
+)
+Result = dict[str, Any]
+
+
+class PricedSteps(CostModel):
+    """The priced clock's cost model: ``PRICES``, never refitted (a policy's view prices steps
+    on it too, so a latency-target policy sizes its budget on the clock it is scored by)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.coef = np.array(PRICES)
+
+    def observe(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def replay(lm, tok, items: list[TraceItem], policy: str, clock: str, **config: Any):
+    """One run of the trace under ``policy``; returns (step records, request records)."""
+    vt = [0.0]
+    cfg = EngineConfig(**{"device": "cpu", **CONFIG, **config, "policy": policy, "runner": "sync"})
+    priced = clock == "priced"
+    engine = Engine(
+        cfg, model=lm, tokenizer=tok, clock=(lambda: vt[0]) if priced else time.perf_counter
+    )
+    if priced:
+        engine.cost_model = engine.scheduler.cost_model = PricedSteps()
+    enc = functools.partial(encode, tok)
+    vocab = lm.config.vocab_size
+    ends: dict[float, float] = {}
+    handles, nxt = {}, 0
+    while nxt < len(items) or engine.has_work():
+        if nxt < len(items) and not engine.has_work() and items[nxt].arrival_s > engine.now():
+            if priced:  # idle: the clock jumps to the next arrival
+                vt[0] = items[nxt].arrival_s
+            else:
+                time.sleep(min(0.005, items[nxt].arrival_s - engine.now()))
+                continue
+        while nxt < len(items) and items[nxt].arrival_s <= engine.now():
+            it = items[nxt]
+            try:
+                ids = it.token_ids(enc, vocab, nxt)
+                h = engine.submit(
+                    token_ids=ids, max_new_tokens=it.max_tokens, ignore_eos=True, client=it.client
+                )
+            except FluxoError as exc:
+                raise BadTrace(
+                    f"trace request {nxt + 1} cannot run: [{exc.code}] {exc.message}"
+                ) from None
+            handles[h.id] = it
+            nxt += 1
+        rec = engine.step()
+        if priced and rec is not None:
+            ends[rec["t_start"]] = rec["t_start"] + rec["expected_s"]
+            vt[0] += rec["expected_s"]
+        elif priced:  # work waits for something (a static batch filling): let time pass
+            upcoming = items[nxt].arrival_s if nxt < len(items) else math.inf
+            vt[0] = min(upcoming, vt[0] + 0.05)
+    steps = [dict(r) for r in engine.telemetry.steps]
+    reqs = [dict(r) for r in engine.telemetry.requests.values()]
+    for r in reqs:
+        r["arrival"] = handles[r["id"]].arrival_s
+    if priced:
+        _retime(steps, reqs, ends)
+    return steps, reqs
+
+
+def _retime(steps: list[dict], reqs: list[dict], ends: dict[float, float]) -> None:
+    """On the priced clock a step's times all read its start; what it produced lands at its end."""
+    for r in steps:
+        r["t_end"] = ends[r["t_start"]]
+    for r in reqs:
+        r["token_times"] = [ends.get(t, t) for t in r["token_times"]]
+        for key in ("first_token", "finished"):
+            if r[key] is not None:
+                r[key] = ends.get(r[key], r[key])
+
+
+def measure(steps: list[dict], reqs: list[dict], ttft_target: float, itl_target: float) -> Result:
+    s = summarize(steps, reqs)
+    out = {
+        k: s[k]
+        for k in ("throughput", "ttft_p50", "itl_p50", "itl_p99", "steps", "tokens_per_step")
+    }
+    out["ttft_p99"] = percentile(ttfts(reqs), 99)
+    out["preemptions"] = sum(len(r["preempted"]) for r in steps)
+    out["policy_errors"] = sum(ev["kind"] == "policy_error" for r in steps for ev in r["events"])
+    out.update(goodput(reqs, ttft_target, itl_target))
+    return out
+
+
+def score(
+    lm,
+    tok,
+    items: list[TraceItem],
+    policy: str,
+    clock: str = "priced",
+    ttft_target: float = TTFT_TARGET_S,
+    itl_target: float = ITL_TARGET_S,
+    **config: Any,
+) -> Result:
+    """``policy`` and every built-in on ``items`` (``lm``, ``tok``: the loaded model, shared):
+    per-run metrics and the policy's ratios over each built-in."""
+    runs = {}
+    for name in dict.fromkeys((policy, *registry.BUILTIN_NAMES)):
+        runs[name] = measure(
+            *replay(lm, tok, items, name, clock, **config), ttft_target, itl_target
+        )
+    ratios = {
+        b: {k: ratio(runs[policy][k], runs[b][k]) for k in RATIO_KEYS}
+        for b in registry.BUILTIN_NAMES
+        if b != policy
+    }
+    return {
+        "policy": policy,
+        "requests": len(items),
+        "clock": clock,
+        "targets": {"ttft_s": ttft_target, "itl_p99_s": itl_target},
+        "config": {**CONFIG, **config},
+        "runs": runs,
+        "ratios": ratios,
+    }
