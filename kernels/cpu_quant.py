@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 from collections.abc import Iterator
 
@@ -97,9 +98,26 @@ _lock = threading.Lock()
 
 
 def _load() -> ctypes.CDLL:
-    """Compile (once per source version) and load the working tree's kernels; raises with the
-    reason."""
-    return cpu_quant_build.load()
+    """Compile (once per source version and build) and load the working tree's kernels, the build
+    this CPU runs best (``cpu_quant_build.choose_build``); raises with the reason."""
+    try:
+        build = cpu_quant_build.choose_build()
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None
+    if build is None:
+        forced = os.environ.get("FLUXO_KERNELS", "").strip() == "fp32"
+        raise RuntimeError(
+            "FLUXO_KERNELS=fp32 asks for no kernels"
+            if forced
+            else f"no kernel build for this CPU ({cpu_quant_build.cpu_ok()})"
+        )
+    return cpu_quant_build.load(build=build)
+
+
+def build_name() -> str | None:
+    """Which build serves (``avx2``, ``avx512vnni``), or None where the kernels are unavailable."""
+    lib = library()
+    return getattr(lib, "fluxo_build", None) if lib is not None else None
 
 
 @contextlib.contextmanager

@@ -76,6 +76,28 @@ static void pack_q8_0(const uint8_t* w, int64_t width, int64_t nb, uint8_t* out)
     }
 }
 
+// -- the integer dot step: u8 weights x s8 activations, 4 products a 32-bit lane ----------------------
+// AVX2: maddubs gives int16 pairs, added up in int16 (a Q4_1 block's |sum| <= 30480: exact) and
+// widened once a block (madd); Q8_0's pairs reach 2 * 127 * 128 and are widened every step.
+// AVX-512 VNNI (FLUXO_VNNI, the avx512vnni build): vpdpbusd adds the four products of a lane into
+// int32 in one instruction. The integer sums are the same numbers either way (nothing saturates),
+// so both builds give bit-identical results; VNNI only drops the adds and the widening.
+#ifdef FLUXO_VNNI
+static inline __m256i dot_step(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(acc, w, x); }
+static inline __m256i dot_sum(__m256i acc, __m256i) { return acc; }
+static inline __m256i dot_step32(__m256i acc, __m256i w, __m256i x, __m256i) {
+    return _mm256_dpbusd_epi32(acc, w, x);
+}
+#else
+static inline __m256i dot_step(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+}
+static inline __m256i dot_sum(__m256i acc, __m256i ones) { return _mm256_madd_epi16(acc, ones); }
+static inline __m256i dot_step32(__m256i acc, __m256i w, __m256i x, __m256i ones) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones));
+}
+#endif
+
 // -- MR activation rows x the 8-row tile -> out [MR][8] -------------------------------------------
 static inline __m256i bcast4(const int8_t* p) {  // 4 activation bytes to every lane (a load)
     return _mm256_castps_si256(_mm256_broadcast_ss((const float*)p));
@@ -111,7 +133,7 @@ static inline void tile_rows(const uint8_t* tile, int64_t nb, const int8_t* xq, 
                                      : _mm256_and_si256(_mm256_srli_epi16(raw[j - 4], 4), mask);
 #pragma GCC unroll 4
             for (int r = 0; r < MR; r++) {
-                s[r] = _mm256_add_epi16(s[r], _mm256_maddubs_epi16(wa, bcast4(xb + r * K + 4 * j)));
+                s[r] = dot_step(s[r], wa, bcast4(xb + r * K + 4 * j));
                 // Keep each row's sum one chain: g++ otherwise reassociates the 32 products of a
                 // block into a tree that spills to the stack (17-20 % slower at 2-16 rows).
                 __asm__("" : "+x"(s[r]));
@@ -121,7 +143,7 @@ static inline void tile_rows(const uint8_t* tile, int64_t nb, const int8_t* xq, 
         const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(t + 144)));
 #pragma GCC unroll 4
         for (int r = 0; r < MR; r++) {
-            const __m256i p = _mm256_madd_epi16(s[r], ones);  // int16 pairs -> int32 per row
+            const __m256i p = dot_sum(s[r], ones);  // int32 per (weight row, activation row)
             const __m256 dd = _mm256_mul_ps(d8, _mm256_set1_ps(xd[r * nb + b]));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd, acc[r]);
             acc[r] = _mm256_fmadd_ps(m8, _mm256_set1_ps(xs[r * nb + b]), acc[r]);
@@ -157,7 +179,7 @@ static inline void tile8_rows(const uint8_t* tile, int64_t nb, const int8_t* xq,
 #pragma GCC unroll 4
             for (int r = 0; r < MR; r++) {
                 const __m256i xv = _mm256_sign_epi8(bcast4(xb + r * K + 4 * j), w);
-                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones));
+                s[r] = dot_step32(s[r], aw, xv, ones);
                 __asm__("" : "+x"(s[r]));
             }
         }

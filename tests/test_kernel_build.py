@@ -30,7 +30,9 @@ def _probe(cache: Path) -> str:
 
 @pytest.mark.skipif(not cpu_quant.available(), reason=f"{cpu_quant.unavailable_reason()}")
 def test_a_cached_build_loads_without_a_compiler(tmp_path):
-    built = cpu_quant_build.compile_source(cpu_quant_build.tree_source())
+    built = cpu_quant_build.compile_source(
+        cpu_quant_build.tree_source(), cpu_quant_build.choose_build()
+    )
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / built.name).write_bytes(built.read_bytes())
     assert _probe(tmp_path) == "True None"

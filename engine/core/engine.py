@@ -30,6 +30,7 @@ from engine.core.scheduler import Scheduler
 from engine.core.sequence import PLACEHOLDER, Event, Sequence, Status
 from engine.core.step_record import Work, observe_cost, slots_view, step_record, step_work
 from engine.core.telemetry import Record, Telemetry
+from kernels import cpu_quant
 
 log = logging.getLogger("fluxo.engine")
 
@@ -146,7 +147,14 @@ class Engine:
         the ``policies`` a ``control`` may name (the built-ins, then those loaded at start)."""
         weights = getattr(getattr(self.runner, "forward_impl", None), "weights", "fp32")
         graphs = bool(self.cuda and self.cuda.graphs_on)
-        return {"cuda_graphs": graphs, "weights": weights, "policies": list(policies.names())}
+        # which CPU kernel build computes (avx2, avx512vnni), where the weights are quantized
+        kernels = cpu_quant.build_name() if weights != "fp32" else None
+        return {
+            "cuda_graphs": graphs,
+            "weights": weights,
+            "kernels": kernels,
+            "policies": list(policies.names()),
+        }
 
     def live_requests(self) -> list[Sequence]:
         return list(self.inbox.live.values())

@@ -96,7 +96,7 @@ def compare(
     if tree is None:
         raise RuntimeError(f"quantized CPU kernels unavailable: {cpu_quant.unavailable_reason()}")
     base = cpu_quant_build.load(source_at(against), strict=False)
-    if not hasattr(base, "fluxo_decode_step"):
+    if not hasattr(base, "fluxo_forward_step") and not hasattr(base, "fluxo_decode_step"):
         raise ValueError(f"the kernels at {against!r} have no one-call decode step to time")
     fw = LlamaForward(model, ctx + 8, "q4")
     if fw.fused is None:
