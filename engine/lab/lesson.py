@@ -87,7 +87,10 @@ HEAD = {
 }
 
 
-VARIANT = {"en": {"short": "short", "full": "full"}, "pt-BR": {"short": "curta", "full": "completa"}}
+VARIANT = {
+    "en": {"short": "short", "full": "full"},
+    "pt-BR": {"short": "curta", "full": "completa"},
+}
 # A number in a lesson's prose, rendered from measured.json by --save (never typed):
 # <!-- n short:batch-8,decode_tput/batch-1,decode_tput@2 -->3.77<!-- /n --> is the short run's
 # batch-8 decode_tput over batch-1's, 2 decimals; "check3" names the 4th claim's measured value;
@@ -222,6 +225,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "--seconds", type=float, default=30.0, help="--live: seconds per setting (the window)"
     )
     ap.add_argument(
+        "--check",
+        action="store_true",
+        help="--live: hold each [[live_check]] claim's direction in every run (exit 1 if not)",
+    )
+    ap.add_argument("--runs", type=int, default=3, help="--live --check: visits of the settings")
+    ap.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -305,9 +314,17 @@ def _live(args: argparse.Namespace) -> int:
         raise SystemExit(f"error [{exc.code}]: {exc.message}") from None
     paths = lesson_dirs() if args.number == "all" else [lesson_dir(int(args.number))]
     scenarios = [load(p / "scenario.toml") for p in paths]
-    results = live.measure(scenarios, args.seconds, args.device)
-    for path, scenario, result in zip(paths, scenarios, results, strict=True):
+    runs = [
+        live.measure(scenarios, args.seconds, args.device)
+        for _ in range(args.runs if args.check else 1)
+    ]
+    results = runs[0]
+    failed = 0
+    for i, (path, scenario, result) in enumerate(zip(paths, scenarios, results, strict=True)):
         number = int(scenario["lesson"]["number"])
+        if args.check:  # every claim of [[live_check]], over every run
+            result["checks"] = live.check(scenario, [r[i] for r in runs])
+            failed += sum(not c["ok"] for c in result["checks"])
         print(f"== lesson {number} (live) ==\n{live.live_markdown(result, number, 'en')}\n")
         if args.save:
             file = path / "measured.json"
@@ -317,7 +334,7 @@ def _live(args: argparse.Namespace) -> int:
             write_notes(path, scenario)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
-    return 0
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

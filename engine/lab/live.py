@@ -12,6 +12,11 @@ figures the page's headline shows.
 
 A ``[[live]]`` entry: ``name`` (the setting as the lesson's steps name it), optional live engine
 fields (``policy``, ``max_slots``, ...) and optional ``traffic = {rate = ...}``.
+
+A ``[[live_check]]`` entry is a claim the class should see on the page: ``metric`` (a headline
+key), settings ``a`` and ``b`` (their names), ``op`` (``>``: b shows more than a; ``<``: less),
+``claim_en``/``claim_pt``. ``--live --check`` visits the settings ``runs`` times (3) and holds
+each claim's direction in every run; the teacher notes show the ratio's min-max over the runs.
 """
 
 from __future__ import annotations
@@ -143,6 +148,50 @@ def measure(
     return out
 
 
+# -- claims the Live page must carry ---------------------------------------------------------------
+OPS = {">": lambda r: r > 1.0, "<": lambda r: r < 1.0}
+
+
+def live_claims(scenario: dict) -> list[dict[str, Any]]:
+    """The scenario's ``[[live_check]]`` entries, checked against its ``[[live]]`` names."""
+    names = {s["name"] for s in settings(scenario)}
+    out = []
+    for c in scenario.get("live_check") or []:
+        if c.get("metric") not in HEADLINE or c.get("op") not in OPS:
+            raise ValueError(f"live_check {c!r}: metric one of {HEADLINE}, op one of {tuple(OPS)}")
+        if c.get("a") not in names or c.get("b") not in names:
+            raise ValueError(f"live_check {c!r}: a and b must name [[live]] settings {names}")
+        out.append(c)
+    return out
+
+
+def check(scenario: dict, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each claim over ``runs`` (``measure`` results for this lesson): the ratio b / a of its
+    metric in every run, and whether every run shows the claimed direction."""
+    out = []
+    for c in live_claims(scenario):
+        ratios = []
+        for run in runs:
+            by = {r["name"]: r["summary"] for r in run["rows"]}
+            a, b = by[c["a"]].get(c["metric"]), by[c["b"]].get(c["metric"])
+            ratios.append(b / a if a and b is not None else float("nan"))
+        ok = bool(ratios) and all(OPS[c["op"]](r) for r in ratios)  # a NaN run fails
+        out.append({**c, "ratios": ratios, "min": min(ratios), "max": max(ratios), "ok": ok})
+    return out
+
+
+def checks_markdown(checks: list[dict[str, Any]], lang: str) -> str:
+    """One line per claim: its words, then b / a over the runs as min-max, and whether it held."""
+    lines = []
+    for c in checks:
+        text = c.get("claim_pt" if lang == "pt-BR" else "claim_en") or c["metric"]
+        lo, hi = (_cell(v, 1, 2, "", lang) for v in (c["min"], c["max"]))
+        held = ("sim" if c["ok"] else "não") if lang == "pt-BR" else ("yes" if c["ok"] else "no")
+        runs = len(c["ratios"])
+        lines.append(f"- {text}: {c['b']} / {c['a']} = {lo}-{hi}x ({runs} runs; held: {held})")
+    return "\n".join(lines)
+
+
 # -- the teacher's table ---------------------------------------------------------------------------
 MARK_START, MARK_END = "<!-- live -->", "<!-- /live -->"
 COLUMNS = (  # key, scale, decimals, unit
@@ -233,4 +282,6 @@ def live_markdown(live: dict | None, number: int, lang: str) -> str:
             on=w["on"].format(c=",".join(map(str, cpus))) if cpus else "",
         ),
     ]
+    if live.get("checks"):
+        lines += ["", checks_markdown(live["checks"], lang)]
     return "\n".join(lines)

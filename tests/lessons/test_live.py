@@ -54,3 +54,34 @@ def test_a_bad_setting_is_a_coded_error(url) -> None:
     scenario["live"] = [{"name": "no slots", "max_slots": 0}]
     with pytest.raises(RuntimeError, match=r"error \[invalid_config\]"):
         asyncio.run(live.visit(url, scenario, seconds=2.0))
+
+
+def _run(rows: dict[str, float]) -> dict:
+    return {"rows": [{"name": n, "summary": {"throughput": v}} for n, v in rows.items()]}
+
+
+def test_live_claims_hold_only_when_every_run_shows_them() -> None:
+    scenario = {
+        "live": [{"name": "4 slots"}, {"name": "8 slots"}],
+        "live_check": [
+            {"metric": "throughput", "a": "4 slots", "b": "8 slots", "op": ">", "claim_en": "x"}
+        ],
+    }
+    held = live.check(scenario, [_run({"4 slots": 10, "8 slots": 15})] * 3)
+    assert held[0]["ok"] and held[0]["min"] == held[0]["max"] == 1.5
+    one_off = [_run({"4 slots": 10, "8 slots": 15}), _run({"4 slots": 10, "8 slots": 9.5})]
+    assert not live.check(scenario, one_off)[0]["ok"]  # one run the other way: not carried
+    assert not live.check(scenario, [_run({"4 slots": 0, "8 slots": 9})])[0]["ok"]  # no data
+    text = live.checks_markdown(held, "pt-BR")
+    assert "1,50-1,50x" in text and "sim" in text
+
+
+def test_a_live_claim_must_name_the_lessons_settings() -> None:
+    bad = {
+        "live": [{"name": "a"}],
+        "live_check": [{"metric": "throughput", "a": "a", "b": "zz", "op": ">"}],
+    }
+    with pytest.raises(ValueError, match="must name"):
+        live.live_claims(bad)
+    for path in (lesson_dir(n) for n in range(11)):
+        live.live_claims(load(path / "scenario.toml"))  # every lesson's claims are well formed
