@@ -116,8 +116,10 @@ class Server(ViewerMessages, PresenterMessages):
                 self._handle,
                 self.host,
                 self.port,
-                max_size=16 * self.limits.max_message_bytes,
-                max_queue=64,
+                # a frame over 4x the message limit closes the connection (1009); up to that it is
+                # answered message_too_large. At most 16 frames wait unread: 4 MiB a connection
+                max_size=4 * self.limits.max_message_bytes,
+                max_queue=16,
                 compression=None,
                 close_timeout=2,
                 ping_interval=self.limits.keepalive_s,

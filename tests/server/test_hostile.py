@@ -511,3 +511,22 @@ def test_token_ids_beyond_the_vocabulary_have_their_own_code(serve):
     )
     assert status == 400 and err["error"]["code"] == "invalid_token_ids"
     assert http(server, "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2})[0] == 200
+
+
+def test_frames_far_over_the_limit_close_and_those_near_it_are_answered(serve):
+    """What one socket may make the server buffer: frames up to 4x the message limit are read and
+    answered ``message_too_large``; beyond, the connection closes (1009) before more is kept."""
+    server = serve("tiny", limits=Limits(max_message_bytes=4096))
+
+    async def main():
+        c = await student(server)
+        await c.send(json.dumps({"type": "chat", "prompt": "x" * 3 * 4096}))
+        near = await c.until(lambda m: m["type"] == "error", 10)
+        await c.send(json.dumps({"type": "chat", "prompt": "x" * 5 * 4096}))
+        with pytest.raises(ConnectionClosed) as closed:
+            await c.recv(10)
+        return near, closed.value.rcvd
+
+    near, rcvd = asyncio.run(main())
+    assert near["code"] == "message_too_large"
+    assert rcvd is not None and rcvd.code == 1009
