@@ -160,6 +160,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--pairs", type=int, default=100, help="kernels: steps timed in turn, per build"
     )
+    ap.add_argument(
+        "--against-build",
+        default="avx2",
+        help="kernels: the instruction-set build of the revision's kernels (avx2, avx512vnni); "
+        "the working tree's is the one this CPU serves with",
+    )
     return ap.parse_args(argv)
 
 
@@ -186,7 +192,9 @@ def _kernels(args: argparse.Namespace) -> int:
 
     model, _ = device.run(load_model, "smollm2", "float32")
     try:
-        result = device.run(kernel_ab.compare, model, args.against, pairs=args.pairs)
+        result = device.run(
+            kernel_ab.compare, model, args.against, pairs=args.pairs, base_build=args.against_build
+        )
     except (ValueError, RuntimeError) as exc:
         raise SystemExit(f"error: {exc}") from None
     print("== kernels ==\n" + kernel_ab.table(result), flush=True)

@@ -88,6 +88,7 @@ def compare(
     pairs: int = 100,
     ctx: int = 128,
     block_size: int = 16,
+    base_build: str = "avx2",
 ) -> Result:
     """Time the q4 decode step of ``rows`` sequences with ``ctx`` cached tokens on the revision's
     kernels ("base") and the working tree's ("tree"), ``pairs`` pairs each (after one warm-up
@@ -95,7 +96,7 @@ def compare(
     tree = cpu_quant.library()
     if tree is None:
         raise RuntimeError(f"quantized CPU kernels unavailable: {cpu_quant.unavailable_reason()}")
-    base = cpu_quant_build.load(source_at(against), strict=False)
+    base = cpu_quant_build.load(source_at(against), strict=False, build=base_build)
     if not hasattr(base, "fluxo_forward_step") and not hasattr(base, "fluxo_decode_step"):
         raise ValueError(f"the kernels at {against!r} have no one-call decode step to time")
     fw = LlamaForward(model, ctx + 8, "q4")
@@ -111,6 +112,7 @@ def compare(
         points.append({"rows": r, **_in_turn(fw, fb, cache, base, tree, pairs)})
     return {
         "against": against,
+        "builds": {"base": base_build, "tree": cpu_quant.build_name()},
         "pairs": pairs,
         "ctx": ctx,
         "points": points,
@@ -121,7 +123,8 @@ def compare(
 def table(result: Result) -> str:
     rev = result["against"]
     lines = [
-        f"q4 decode step, working tree vs {rev}: {result['pairs']} pairs in turn, "
+        f"q4 decode step, working tree ({result['builds']['tree']}) vs {rev} "
+        f"({result['builds']['base']}): {result['pairs']} pairs in turn, "
         f"context {result['ctx']} tokens a row",
         f"{'rows':>4} {rev + ' ms':>12} {'tree ms':>9} {'tree/base':>9} {'p25':>6} {'p75':>6}"
         "  identical",
