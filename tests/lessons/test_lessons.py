@@ -181,9 +181,15 @@ def test_prose_numbers_are_the_stored_runs(path) -> None:
     """Every ``<!-- n ... -->`` number of a lesson's four texts is what its measured.json says
     (``python -m engine.lesson N --save`` renders them; a text edited by hand, or a run re-saved
     without re-rendering, fails here)."""
-    measured = json.loads((path / "measured.json").read_text())
+    stored = path / "measured.json"
+    measured = json.loads(stored.read_text()) if stored.exists() else {}
     for name in ("en.md", "pt-BR.md", "teacher.en.md", "teacher.pt-BR.md"):
+        if not (path / name).exists():
+            continue
         text = (path / name).read_text()
+        if not measured:  # a lesson with no stored run yet may quote no run
+            assert not NUMBER.search(text), f"{path.name}/{name}: markers but no measured.json"
+            continue
         lang = "pt-BR" if "pt-BR" in name else "en"
         assert render_numbers(text, measured, lang) == text, f"{path.name}/{name}: stale numbers"
         assert all(m["value"] != "?" for m in NUMBER.finditer(text)), f"{path.name}/{name}"
