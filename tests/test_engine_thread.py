@@ -54,3 +54,20 @@ def test_cancel_client_ends_only_that_clients_requests(make_tiny_engine):
     )
     assert other.seq.status.value == "finished" and len(other.token_ids) == 10
     assert engine.blocks.num_used == 0
+
+
+def test_the_engine_is_what_the_runners_and_the_calibration_read(make_tiny_engine):
+    """runners.StepEngine and cost_model.Calibrated type the back-references the step recipe and
+    the calibration use; the real Engine must have every member they name."""
+    from engine.core.cost_model import Calibrated
+    from engine.core.runners import StepEngine
+
+    engine = make_tiny_engine()
+    assert isinstance(engine, StepEngine) and isinstance(engine, Calibrated)
+    missing = [
+        name
+        for proto in (StepEngine, Calibrated)
+        for name in proto.__annotations__
+        if not hasattr(engine, name)
+    ]
+    assert not missing

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -145,7 +145,25 @@ def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 CALIBRATION_ROUNDS = ((1, 24), (4, 48), (8, 96), (2, 384))  # (requests, prompt tokens) per round
 
 
-def calibrate(engine: Any, rounds: tuple[tuple[int, int], ...] = CALIBRATION_ROUNDS) -> float:
+@runtime_checkable
+class Calibrated(Protocol):
+    """What ``calibrate`` uses of ``engine.core.engine.Engine`` (which satisfies it)."""
+
+    config: Any  # EngineConfig
+    cost_model: CostModel
+    telemetry: Any  # Telemetry
+    tokenizer: Any
+    calibrating: bool
+    calibrations: int
+    step_count: int
+
+    def submit(self, **kwargs: Any) -> Any: ...
+    def run_until_idle(self) -> int: ...
+
+
+def calibrate(
+    engine: Calibrated, rounds: tuple[tuple[int, int], ...] = CALIBRATION_ROUNDS
+) -> float:
     """Run on ``engine`` (an idle ``Engine``, before serving) a few prompts of different sizes
     (``(requests, prompt tokens)`` per round, 6 new tokens each) so its cost model knows this
     machine's quiet step costs. The calibration steps are then dropped from the telemetry.

@@ -15,18 +15,55 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from concurrent.futures import Executor
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from engine.core.sequence import PLACEHOLDER
 from engine.core.step_record import Work, kv_view
-from engine.core.telemetry import Record
+from engine.core.telemetry import Record, Telemetry
+
+if TYPE_CHECKING:  # types only: these modules never import this one
+    from engine.core.block_manager import BlockManager
+    from engine.core.config import EngineConfig
+    from engine.core.cuda_exec import CudaExecutor
+    from engine.core.inbox import Inbox
+    from engine.core.model_runner import ModelRunner
+    from engine.core.scheduler import Scheduler
 
 log = logging.getLogger("fluxo.engine")
 
 
-def launch(engine: Any, work: Work, prev_tokens: torch.Tensor | None) -> None:
+@runtime_checkable
+class StepEngine(Protocol):
+    """What the runners use of ``engine.core.engine.Engine`` (which satisfies it): the stages of a
+    step, the step in flight, and the parts a step reads. Typed here, not imported, so the step
+    recipe reads in both files without a cycle."""
+
+    config: EngineConfig
+    blocks: BlockManager
+    scheduler: Scheduler
+    runner: ModelRunner
+    cuda: CudaExecutor | None
+    device_pool: Executor  # the device thread (engine/core/device.py)
+    telemetry: Telemetry
+    inbox: Inbox
+    inflight: Work | None
+    paused: bool
+    step_lock: AbstractContextManager  # held around a step (the engine thread, single_step)
+
+    def now(self) -> float: ...
+    def prepare(self) -> Work | None: ...
+    def finish(self, work: Work, tokens: list[int]) -> Record: ...
+    def fail_step(self, work: Work, exc: BaseException) -> Record: ...
+    def fail_all(self, exc: BaseException) -> None: ...
+    def has_work(self) -> bool: ...
+    def step(self) -> Record | None: ...
+
+
+def launch(engine: StepEngine, work: Work, prev_tokens: torch.Tensor | None) -> None:
     """Start executing ``work``; bookkeeping moves on as if its tokens were known (placeholders)."""
     for seq, n in work.batch.items:
         seq.num_cached += n
@@ -52,7 +89,7 @@ def launch(engine: Any, work: Work, prev_tokens: torch.Tensor | None) -> None:
     work.future = engine.device_pool.submit(execute)
 
 
-def land(engine: Any, work: Work) -> list[int]:
+def land(engine: StepEngine, work: Work) -> list[int]:
     """Wait for ``work``'s sampled tokens; adds its compute and d2h spans."""
     if engine.cuda is not None:  # spans timed by CUDA events, on the engine clock
         work.tokens, ids, spans = engine.cuda.wait(work.future)
@@ -66,7 +103,7 @@ def land(engine: Any, work: Work) -> list[int]:
     return ids
 
 
-def _land_and_finish(engine: Any, work: Work) -> Record:
+def _land_and_finish(engine: StepEngine, work: Work) -> Record:
     try:
         tokens = land(engine, work)
     except Exception as exc:  # noqa: BLE001 - a failed forward fails its requests, not the engine
@@ -74,7 +111,7 @@ def _land_and_finish(engine: Any, work: Work) -> Record:
     return engine.finish(work, tokens)
 
 
-def step_sync(engine: Any) -> Record | None:
+def step_sync(engine: StepEngine) -> Record | None:
     """prepare, execute, finish, in a row."""
     if engine.inflight is not None:  # switched from async: land the step still in flight first
         work, engine.inflight = engine.inflight, None
@@ -86,7 +123,7 @@ def step_sync(engine: Any) -> Record | None:
     return _land_and_finish(engine, work)
 
 
-def step_async(engine: Any) -> Record | None:
+def step_async(engine: StepEngine) -> Record | None:
     """Prepare N+1 while N executes, launch it behind N, then finish N."""
     prev = engine.inflight
     work = engine.prepare()
@@ -114,7 +151,7 @@ def step_async(engine: Any) -> Record | None:
 
 
 # -- drivers ---------------------------------------------------------------------------------------
-def run_until_idle(engine: Any, max_steps: int = 1_000_000) -> int:
+def run_until_idle(engine: StepEngine, max_steps: int = 1_000_000) -> int:
     """Step until nothing is queued or running (waiting out a static batch's fill timeout)."""
     steps = 0
     while engine.has_work() and steps < max_steps:
@@ -125,7 +162,7 @@ def run_until_idle(engine: Any, max_steps: int = 1_000_000) -> int:
     return steps
 
 
-def run_forever(engine: Any, stop: threading.Event) -> None:
+def run_forever(engine: StepEngine, stop: threading.Event) -> None:
     """The server's engine thread: step while there is work and the engine is not paused."""
     wake = engine.inbox.wake
     while not stop.is_set():
