@@ -71,3 +71,18 @@ def test_the_engine_is_what_the_runners_and_the_calibration_read(make_tiny_engin
         if not hasattr(engine, name)
     ]
     assert not missing
+
+
+def test_the_engine_changes_its_own_copy_of_the_config(tiny):
+    from engine.core.config import EngineConfig
+    from engine.core.engine import Engine
+
+    model, tok = tiny
+    mine = EngineConfig(model="tiny", dtype="float64", max_slots=2, max_model_len=100_000)
+    engine = Engine(mine, model=model, tokenizer=tok)
+    engine.reconfigure(policy="static", max_slots=3)
+    engine.submit(token_ids=[1, 2, 3], max_new_tokens=2)
+    engine.run_until_idle()
+    assert engine.config.policy == "static" and engine.config.max_slots == 3
+    assert engine.config.max_model_len == 4096  # the tiny model's context, on the engine's copy
+    assert (mine.policy, mine.max_slots, mine.max_model_len) == ("continuous", 2, 100_000)

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from engine.core import cost_model, device, runners
 from engine.core.block_manager import BlockManager
@@ -45,7 +46,8 @@ class Engine:
         max_telemetry_steps: int | None = None,
         max_telemetry_requests: int | None = None,
     ) -> None:
-        self.config = config = config or EngineConfig()
+        # the engine's own copy: live changes and the model's context limit never reach the caller's
+        self.config = config = replace(config) if config is not None else EngineConfig()
         model, tokenizer = load_for_engine(config, model, tokenizer)
         self.model, self.tokenizer = model, tokenizer
         limit = getattr(model.config, "max_position_embeddings", config.max_model_len)
