@@ -24,6 +24,19 @@ PAGES: dict[str, tuple[str, str]] = {
     ),
     "model_line": ("model {model} · server {version}", "modelo {model} · servidor {version}"),
     "device_line": ("device {device} · {name}", "dispositivo {device} · {name}"),
+    "weights_line": (
+        "weights {weights} · kernels {kernels}",
+        "pesos {weights} · kernels {kernels}",
+    ),
+    "browser_connected": ("your browser: connected", "seu navegador: conectado"),
+    "browser_relay": (
+        "your browser: connected through this page's address",
+        "seu navegador: conectado pelo endereço desta página",
+    ),
+    "browser_disconnected": (
+        "your browser cannot reach the engine ({url})",
+        "seu navegador não alcança o motor ({url})",
+    ),
     "status_connected": ("connected", "conectado"),
     "status_connecting": ("connecting", "conectando"),
     "status_disconnected": ("disconnected", "desconectado"),

@@ -132,10 +132,26 @@ def _sidebar_engine(c: EngineClient, w: dict[str, str]) -> None:
                 device=c.hello.get("device", "?"), name=c.hello.get("device_name", "?")
             )
         )
+        kernels = c.state.get("kernels") or "—"
+        st.caption(w["weights_line"].format(weights=c.state.get("weights", "?"), kernels=kernels))
+    _sidebar_browser(w)
     if exposed() and not os.environ.get("FLUXO_TOKEN"):
         st.caption(w["locked"])
     elif os.environ.get("FLUXO_TOKEN") or c.token or c.role != "presenter":
         st.text_input(w["token"], type="password", key="presenter_token", help=w["token_help"])
+
+
+def _sidebar_browser(w: dict[str, str]) -> None:
+    """What the browser's own connection sees (the live view reports it), which can differ from
+    the page process's: a browser that reaches the engine only through the page's relay, or not
+    at all."""
+    seen = (st.session_state.get("fluxo_live") or {}).get("browser")
+    if not isinstance(seen, dict):
+        return
+    if seen.get("status") == "connected":
+        st.caption(w["browser_relay" if seen.get("via") == "relay" else "browser_connected"])
+    else:
+        st.caption(w["browser_disconnected"].format(url=str(seen.get("url", "?"))[:80]))
 
 
 def _source(w: dict[str, str], needs_engine: bool) -> tuple[str, EngineClient | None, bool]:

@@ -58,6 +58,15 @@
     }
   }
 
+  // What this browser sees, told to the page (its sidebar shows it, not the page process's own
+  // connection): once per change of status or route, so it costs one rerun per change.
+  function report(status) {
+    const seen = `${status}|${S.via}`;
+    if (S.reported === seen) return;
+    S.reported = seen;
+    S.post("streamlit:setComponentValue", {value: {browser: {status: status, via: S.via, url: engineUrl()}}, dataType: "json"});
+  }
+
   function connect() {
     if (S.ws) return;
     clearTimeout(S.reconnectTimer);
@@ -78,7 +87,8 @@
       S.subscribed = false;
       for (const c of S.chats) if (!c.ended) { c.ended = true; c.status = "error"; c.error = "disconnected: the connection to the engine closed"; }
       S.chatDirty = true;
-      scheduleReconnect(`closed (${ev.code})`);
+      // the server's reason, e.g. too_many_connections: a refused student sees why
+      scheduleReconnect(`closed (${ev.code}${ev.reason ? ": " + ev.reason : ""})`);
     };
   }
   S.connect = connect;
@@ -86,6 +96,7 @@
   function scheduleReconnect(why) {
     if (S.mode !== "live") return;
     setStatus("disconnected", w("v_unreachable", {url: engineUrl(), why: why, s: fmt(S.backoff / 1000, "", 1, 1)}));
+    report("disconnected");
     S.reconnectTimer = setTimeout(() => { S.ws = null; connect(); }, S.backoff);
     S.backoff = Math.min(5000, S.backoff * 2);
   }
@@ -133,6 +144,7 @@
         S.client = m.client; S.role = m.role; S.limits = m.limits; S.state = m.state || {};
         // what this browser sees: the engine directly, or through the page's relay
         setStatus("connected", w("v_connected", {client: m.client, model: m.model}) + (S.via === "relay" ? w("v_via_relay") : ""));
+        report("connected");
         break;
       case "state":
         S.state = m;

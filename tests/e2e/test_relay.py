@@ -63,6 +63,10 @@ def test_a_browser_that_reaches_only_the_page_gets_charts_and_an_answer(relayed,
         # this browser is on the engine's own machine: relayed or direct, the same role (a
         # student elsewhere is a viewer: the next test)
         assert frame.evaluate("() => fluxo.role") == "presenter"
+        # the sidebar says what this browser sees, not what the page process sees
+        expect(
+            page.get_by_text("your browser: connected through this page's address")
+        ).to_be_visible(timeout=60_000)
         box.locator("#fluxo-chat-input").fill("Hello through the relay")
         box.locator("#fluxo-chat-input").press("Enter")
         expect(box.locator(".turn .meta")).to_contain_text("finished ·", timeout=90_000)
