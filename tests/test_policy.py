@@ -196,6 +196,11 @@ def test_policy_file_loads_and_switches_live(make_tiny_engine, tmp_path):
             "from engine.core.policy import Policy\nclass P(Policy):\n    name = 'continuous'\n",
             "already registered",
         ),
+        (
+            "from engine.core.policy import Policy\nclass P(Policy):\n    name = 'p'\n"
+            "    def __init__(self):\n        raise OSError('no state file')\n",
+            "cannot be created: OSError",
+        ),
     ],
 )
 def test_a_bad_policy_file_is_a_coded_error(tmp_path, text, says):

@@ -60,7 +60,9 @@ class StepRecord(TypedDict, total=False):
     kv: KVRecord
     tokens: TokenCounts  # tokens computed in the step, by phase
     spans: list[SpanRecord]  # measured host and device work of the step
-    events: list[dict]  # mode switches, pauses, failures applied before this step
+    # mode switches, pauses, failures applied before this step; a refused policy decision is
+    # {"kind": "policy_error", "code": "policy_error", "policy", "hook", "error"}
+    events: list[dict]
     expected_s: float | None  # the cost model's duration for this step's work on a quiet machine
 
 

@@ -52,6 +52,12 @@ def register(cls: type[Policy], source: Path | None = None) -> str:
         raise InvalidPolicy(f"a policy named {name!r} is already registered")
     if cls.trusted or cls.batch:
         raise InvalidPolicy(f"policy {name!r}: trusted and batch are for the built-ins")
+    try:
+        cls()  # the engine makes one per scheduler: a policy that cannot be made fails here
+    except Exception as exc:  # noqa: BLE001 - whatever its __init__ does wrong
+        raise InvalidPolicy(
+            f"policy {name!r} cannot be created: {type(exc).__name__}: {exc}"
+        ) from exc
     _REGISTRY[name] = cls
     if source is not None:
         _SOURCES[name] = source
