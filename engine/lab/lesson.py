@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from engine.core.cuda_exec import check_device
 from engine.core.errors import DeviceUnavailable
 from engine.core.model import load_model
 from engine.lab import live
+from engine.lab.prose import render_numbers
 from engine.lab.replay import warm_up
 from engine.lab.scenario import Result, lesson_dir, lesson_dirs, load, run_lesson
 
@@ -91,41 +91,6 @@ VARIANT = {
     "en": {"short": "short", "full": "full"},
     "pt-BR": {"short": "curta", "full": "completa"},
 }
-# A number in a lesson's prose, rendered from measured.json by --save (never typed):
-# <!-- n short:batch-8,decode_tput/batch-1,decode_tput@2 -->3.77<!-- /n --> is the short run's
-# batch-8 decode_tput over batch-1's, 2 decimals; "check3" names the 4th claim's measured value;
-# "x1000" after the digits scales (seconds to ms). tests/lessons/test_lessons.py holds every text
-# to it.
-NUMBER = re.compile(r"<!-- n (?P<expr>\S+) -->(?P<value>.*?)<!-- /n -->")
-
-
-def prose_number(measured: dict, expr: str, lang: str) -> str:
-    """The value of one ``<!-- n EXPR -->`` marker, formatted for ``lang``."""
-    spec, _, fmt = expr.partition("@")
-    digits, _, factor = fmt.partition("x")
-    variant, _, path = spec.partition(":")
-    doc = measured[variant]
-
-    def one(term: str) -> float:
-        if term.startswith("check"):
-            return float(doc["checks"][int(term[5:])]["measured"])
-        run, metric = term.rsplit(",", 1)
-        return float(doc["runs"][run]["summary"][metric])
-
-    terms = [one(t) for t in path.split("/")]
-    value = terms[0] / terms[1] if len(terms) == 2 else terms[0]
-    text = f"{value * float(factor or 1):.{int(digits or 2)}f}"
-    return text.replace(".", ",") if lang == "pt-BR" else text
-
-
-def render_numbers(text: str, measured: dict, lang: str) -> str:
-    """``text`` with every ``<!-- n EXPR -->`` marker's value rendered from ``measured``."""
-
-    def sub(m: re.Match) -> str:
-        value = prose_number(measured, m["expr"], lang)
-        return f"<!-- n {m['expr']} -->{value}<!-- /n -->"
-
-    return NUMBER.sub(sub, text)
 
 
 def _num(x: float, lang: str) -> str:

@@ -18,7 +18,7 @@ import torch
 
 from engine.core import device
 from engine.lab.bench import warm_up
-from engine.lab.lesson import NUMBER, render_numbers
+from engine.lab.prose import NUMBER, render_numbers
 from engine.lab.scenario import lesson_dirs, load, run_lesson
 
 LESSONS = lesson_dirs()
