@@ -147,10 +147,10 @@ def _lesson10(r) -> None:
     assert (
         on["prompt_tokens"] + on["cached_tokens"] == off["prompt_tokens"]
     )  # every prompt token, once
-    # Little memory: the pool runs dry (preemptions), never more requests at once. (The peak
-    # itself depends on how Poisson arrivals in seconds overlap: equal in a q4 run.)
-    assert on["preemptions"] == 0 < tight["preemptions"]
-    assert tight["peak_running"] <= on["peak_running"]
+    # Ample memory never preempts; little memory keeps its budget (32 blocks of 16 tokens). How
+    # many requests overlap, and so the tight run's peak and preemptions, follows the machine's
+    # speed (Poisson arrivals in seconds): no assertion on them.
+    assert on["preemptions"] == 0 and tight["kv_stored_peak"] <= 32 * 16 < off["kv_stored_peak"]
 
 
 EXTRA = {
