@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from app import recording
 from engine.core.config import EngineConfig
 from engine.core.errors import FluxoError, InvalidPolicy, UnknownMode
 from engine.core.policy import Policy, load_file, names, registry
@@ -153,6 +154,9 @@ def test_a_refused_decision_falls_back_and_is_recorded(
     assert rec["admitted"] == [hs[0].id, hs[1].id]  # what continuous admits
     e.run_until_idle()
     assert [h.seq.status.value for h in hs] == ["finished"] * 3
+    # the page's export of this run reads back as a recording, the refusal in its step's events
+    replayed = recording.parse(e.telemetry.jsonl()).run()
+    assert [ev["hook"] for ev in replayed.steps[0]["events"]] == [hook]
 
 
 def test_policy_file_loads_and_switches_live(make_tiny_engine, tmp_path):

@@ -30,22 +30,19 @@ DEFAULTS = Policy()  # the continuous policy's answers, for a step that fell bac
 def check_budget(value: Any, view: View) -> int | None:
     if value is None or (is_int(value) and 1 <= value <= MAX_BUDGET):
         return value
-    raise PolicyError(f"token_budget must be None or an integer in [1, {MAX_BUDGET}]: {value!r}")
+    raise PolicyError(f"token_budget: {value!r:.24} is not None or 1..{MAX_BUDGET}")
 
 
 def check_prefill(value: Any, view: View, pending: int) -> int:
     left = view.tokens_left
     if not is_int(value) or value < 1 or (left is not None and value > left):
-        bound = "" if left is None else f" and at most the {left} tokens left in the budget"
-        raise PolicyError(f"prefill_tokens must be an integer >= 1{bound}, got {value!r}")
+        raise PolicyError(f"prefill_tokens: {value!r:.24} is not in 1..{left or 'any'}")
     return min(value, pending)
 
 
 def check_victim(value: Any, view: View, candidates: tuple[int, ...]) -> int:
     if not is_int(value) or value not in candidates:
-        raise PolicyError(
-            f"preempt must name a running request among {list(candidates)}, got {value!r}"
-        )
+        raise PolicyError(f"preempt: {value!r:.24} is not a running candidate")
     return value
 
 
@@ -53,11 +50,11 @@ def check_admit(value: Any, view: View, waiting: set[int]) -> list[int]:
     try:
         ids = list(value)
     except TypeError:
-        raise PolicyError(f"admit must return a list of request ids, got {value!r}") from None
+        raise PolicyError(f"admit: not a list of request ids: {value!r:.16}") from None
     if len(ids) > view.free_slots:
-        raise PolicyError(f"admit named {len(ids)} requests; only {view.free_slots} slots are free")
+        raise PolicyError(f"admit: {len(ids)} ids, only {view.free_slots} slots are free")
     if len(set(ids)) != len(ids) or not all(is_int(i) and i in waiting for i in ids):
-        raise PolicyError(f"admit must name distinct waiting requests, got {ids[:16]!r}")
+        raise PolicyError(f"admit: not distinct waiting ids: {ids[:4]!r:.24}")
     return ids
 
 
@@ -85,10 +82,8 @@ class Guard:
             answer = getattr(policy, hook)(view, *args)
             took = self.clock() - t0
             if took > policy.time_limit_s:
-                raise PolicyError(
-                    f"{hook} took {1000 * took:.1f} ms, over the "
-                    f"{1000 * policy.time_limit_s:.0f} ms bound"
-                )
+                bound = 1000 * policy.time_limit_s
+                raise PolicyError(f"{hook} took {1000 * took:.1f} ms, bound {bound:.0f} ms")
             return check(answer, view, *extra)
         except Exception as exc:  # noqa: BLE001 - any failure of the policy's code is refused
             self.refuse(hook, exc)
@@ -103,6 +98,6 @@ class Guard:
                 "code": error.code,
                 "policy": self.policy.name,
                 "hook": hook,
-                "error": error.message[:300],
+                "error": error.message[:64],  # a recording's event strings: 64 at most
             }
         )
