@@ -205,3 +205,36 @@ def test_a_window_of_another_origin_cannot_drive_the_view(offline, browser):
     finally:
         ctx.close()
         httpd.shutdown()
+
+
+def test_on_a_shared_page_exports_and_uploads_are_the_presenters(tmp_path, monkeypatch):
+    """The page listening beyond loopback (here only said so: AppTest runs the scripts in this
+    process) with no FLUXO_TOKEN has no presenter: nobody's session may ask the engine for an
+    export or hand the page process a file. On loopback the same page offers both."""
+    from servers import start_engine, stop
+    from streamlit import config as st_config
+    from streamlit.testing.v1 import AppTest
+
+    app = Path(__file__).resolve().parents[2] / "app" / "views"
+    engine, url = start_engine(tmp_path, "--no-calibrate")
+    monkeypatch.setenv("FLUXO_ENGINE_URL", url)
+    monkeypatch.delenv("FLUXO_TOKEN", raising=False)
+    before = st_config.get_option("server.address")
+    try:
+        seen = {}
+        for address in ("127.0.0.1", "0.0.0.0"):
+            st_config.set_option("server.address", address)
+            live = AppTest.from_file(str(app / "live.py"), default_timeout=60).run()
+            assert not live.exception, [e.value for e in live.exception]
+            rec = AppTest.from_file(str(app / "live.py"), default_timeout=60)
+            rec.query_params.update({"src": "rec"})
+            rec.run()
+            assert not rec.exception, [e.value for e in rec.exception]
+            seen[address] = (
+                live.button(key="live_prep").disabled,
+                any("Open a recording" in o for o in rec.selectbox(key="rec").options),
+            )
+        assert seen == {"127.0.0.1": (False, True), "0.0.0.0": (True, False)}, seen
+    finally:
+        st_config.set_option("server.address", before)
+        stop(engine)
