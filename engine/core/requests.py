@@ -12,8 +12,8 @@ from engine.core.config import EngineConfig
 from engine.core.errors import (
     EmptyPrompt,
     InvalidMaxTokens,
-    InvalidTokenIds,
     InvalidSampling,
+    InvalidTokenIds,
     KVBudgetTooSmall,
     PromptTooLong,
 )
