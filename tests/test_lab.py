@@ -41,6 +41,16 @@ async def _role_and_pause(url: str) -> tuple[str, dict]:
                 return hello["role"], msg
 
 
+async def _origin_ok(url: str, origin: str) -> bool:
+    from websockets.exceptions import InvalidStatus
+
+    try:
+        async with connect(url, origin=origin) as ws:
+            return json.loads(await ws.recv())["type"] == "hello"
+    except InvalidStatus:
+        return False
+
+
 def test_exposed_lab_requires_a_token_and_gives_the_engine_its_own_cores():
     eport, pport = _port(), _port()
     proc = _start_lab("0.0.0.0", eport, pport)
@@ -52,6 +62,10 @@ def test_exposed_lab_requires_a_token_and_gives_the_engine_its_own_cores():
         assert role == "viewer" and answer["type"] == "error" and answer["code"] == "forbidden"
         role, answer = asyncio.run(_role_and_pause(f"ws://127.0.0.1:{eport}/?token={token}"))
         assert role == "presenter" and answer["type"] == "state" and answer["paused"]
+        # a student's browser on the page's own port is let in; one on another port is not
+        name = socket.gethostname()
+        assert asyncio.run(_origin_ok(f"ws://127.0.0.1:{eport}/", f"http://{name}:{pport}"))
+        assert not asyncio.run(_origin_ok(f"ws://127.0.0.1:{eport}/", f"http://{name}:{pport + 1}"))
         engine, page = _engine_and_page_on_their_cores(proc)
     finally:
         proc.terminate()

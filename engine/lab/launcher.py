@@ -116,6 +116,8 @@ def commands(
         engine += ["--device", args.device]
     if split.pinned and split.page_cpus:
         engine += ["--cpus", ",".join(map(str, split.engine_cpus))]
+    # the page's origins are the ones whose browsers the engine lets in (engine/server/guard.py)
+    engine += ["--page-port", str(args.page_port)]
     for flag, value in (("--max-open", args.max_open), ("--rate-limit", args.rate_limit)):
         if value is not None:
             engine += [flag, str(value)]
