@@ -46,34 +46,10 @@ torch's own thread count (the .so links ``libgomp.so.1``, which resolves to the 
 already loaded: one thread pool).
 ``available()`` is False where there is no compiler or no AVX2/FMA/F16C; callers then fall back.
 
-Chosen by measurement (``python -m kernels.cpu_quant``; 2026-11-30, the 2-core AMD EPYC of this
-project, AVX2 + FMA + F16C, *no* AVX-512; 1 thread, best of 40, while the machine ran at load
-12-30 from other jobs; random weights, so every matrix but the lm head stays in the 32 MB L3 and
-only the lm head shows the memory-bound case). ms per product:
-
-    shape (N x K)      rows  fp32 oneDNN  int8pack  int4pack  Q8_0 ours  Q4_1 ours
-    q 576x576             1        0.086     0.532     0.705      0.041      0.048
-    q 576x576             8        0.106     2.836    13.827      0.125      0.140
-    k/v 192x576           1        0.053     0.168     0.247      0.026      0.030
-    gate/up 1536x576      1        0.136     0.896     1.977      0.105      0.124
-    gate/up 1536x576      8        0.256    21.991    52.329      0.428      0.476
-    gate/up 1536x576     32        1.201    94.833   231.019      1.386      1.506
-    down 576x1536         1        0.136     0.894     1.896      0.101      0.118
-    down 576x1536         8        0.243    17.627    45.819      0.328      0.336
-    qkv 960x576           1        0.095     0.573     1.181      0.089      0.099
-    gate+up 3072x576      1        0.295     2.875     8.943      0.246      0.293
-    gate+up 3072x576      8        1.565   127.079    91.867      0.653      0.720
-    lm head 49152x576     1       48.077   132.712   288.312      9.557      4.742
-    lm head 49152x576     8      105.301  1136.347  2137.992     46.345     44.243
-    lm head 49152x576    32      145.463  4436.752  6781.006    500.398    395.741
-
-torch's ``_weight_int8pack_mm`` and ``_weight_int4pack_mm_for_cpu`` have no fast path on an AVX2
-build (6-100x slower than fp32), so they were not used. These kernels win when the weights come
-from memory (the lm head: 10x at 1 row, 2.4x at 8) and lose to oneDNN once the rows make the
-product compute-bound (32 rows: they re-expand each block per 4 rows); above
-``engine.core.quant.DEQUANT_ABOVE_ROWS`` rows a fp32-activation ``QuantLinear`` dequantizes and
-runs oneDNN's GEMM instead (the int8 products, which every projection and the head now use, have
-no such switch).
+Chosen by measurement against oneDNN fp32 and torch's int8/int4 packed matmuls (2026-11-30,
+``python -m kernels.cpu_quant``; the table and its reading: docs/benchmarks.md, "Choosing the CPU
+quantized kernels"): above ``engine.core.quant.DEQUANT_ABOVE_ROWS`` rows a fp32-activation
+``QuantLinear`` dequantizes and runs oneDNN's GEMM instead.
 """
 
 from __future__ import annotations

@@ -19,9 +19,27 @@ MAX_FILE_LINES = 350
 MAX_FUNCTION_LINES = 50
 # Third-party code kept as shipped (ruff excludes the same folder): not ours to split.
 VENDORED = ("app/component/vendor/",)
-# What truly cannot be split, each with its reason: "path" (a file) or "path:function" -> why.
-# Empty: everything fits. An entry that no longer needs its exception fails the test too.
-ALLOWED: dict[str, str] = {}
+# Cohesive units that stand whole, each with its reason (issue 27: the size rule serves concepts):
+# "path" (a file) or "path:function" -> why. An entry that no longer needs its exception fails.
+ALLOWED: dict[str, str] = {
+    "app/recording.py": "the recording contract: every field's type and range beside the reader "
+    "that applies them (a recording is data from a stranger, checked in one place)",
+    "app/recording.py:_check_step": "a step record's fields, in the order of the contract",
+    "app/ui.py": "what every page shares: roles, the sidebar, mode toggles and exports",
+    "app/views/step.py:engine_controls": "the presenter's pause / step / resume row",
+    "engine/server/server.py": "the websocket server: connections, roles, origins and limits "
+    "meet at the handshake, and the engine-thread hand-off lives beside them",
+    "engine/server/http_api.py": "the HTTP/1.1 loop, its dispatch and its per-address limits",
+    "engine/server/http_api.py:_connection": "one connection's whole life: deadline, limits, close",
+    "engine/server/http_api.py:_dispatch": "one table of routes, methods and their answers",
+    "tests/server/test_hostile.py": "one probe per finding of the classroom security review",
+    "tests/server/test_http_errors.py": "every HTTP error code, one request each",
+    "tests/server/test_hostile.py:"
+    "test_a_page_of_another_origin_or_host_is_refused_and_the_lab_page_presents": "the H1 probe "
+    "and its counter-probes, in the order the review ran them",
+    "tests/e2e/test_hostile_page.py:test_a_window_of_another_origin_cannot_drive_the_view": "one "
+    "browser scene: an attacker window, the page's own message, and what the view did",
+}
 
 
 def tracked() -> list[str]:

@@ -46,8 +46,7 @@ class Engine:
         max_telemetry_steps: int | None = None,
         max_telemetry_requests: int | None = None,
     ) -> None:
-        # the engine's own copy: live changes and the model's context limit never reach the caller's
-        self.config = config = replace(config) if config is not None else EngineConfig()
+        self.config = config = replace(config) if config else EngineConfig()  # its own copy
         model, tokenizer = load_for_engine(config, model, tokenizer)
         self.model, self.tokenizer = model, tokenizer
         limit = getattr(model.config, "max_position_embeddings", config.max_model_len)
@@ -145,18 +144,13 @@ class Engine:
         return {"blocks_total": self.blocks.budget, "blocks_used": self.blocks.num_used}
 
     def execution(self) -> dict[str, object]:
-        """How steps execute: ``cuda_graphs`` (decode graphs on), the CPU ``weights`` format and
-        the ``policies`` a ``control`` may name (the built-ins, then those loaded at start)."""
+        """How steps execute: ``cuda_graphs``, the CPU ``weights`` and ``kernels`` build, and the
+        ``policies`` a ``control`` may name (built-ins, then those loaded at start)."""
         weights = getattr(getattr(self.runner, "forward_impl", None), "weights", "fp32")
         graphs = bool(self.cuda and self.cuda.graphs_on)
-        # which CPU kernel build computes (avx2, avx512vnni), where the weights are quantized
-        kernels = cpu_quant.build_name() if weights != "fp32" else None
-        return {
-            "cuda_graphs": graphs,
-            "weights": weights,
-            "kernels": kernels,
-            "policies": list(policies.names()),
-        }
+        kernels = cpu_quant.build_name() if weights != "fp32" else None  # avx2, avx512vnni
+        names = list(policies.names())
+        return {"cuda_graphs": graphs, "weights": weights, "kernels": kernels, "policies": names}
 
     def live_requests(self) -> list[Sequence]:
         return list(self.inbox.live.values())
