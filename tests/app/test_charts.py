@@ -147,7 +147,7 @@ def test_lanes_show_gaps_in_sync_and_overlap_in_async(runs):
 
     sync, asyn = runs["continuous"][0], runs["async"][0]
     assert overlaps(sync) == 0
-    assert overlaps(asyn) > 0  # the tiny model computes in ~1 ms, so only some prepares overlap it
+    assert overlaps(asyn) > 0  # async prepares the next step while this one computes
     spans = charts.lane_spans(sync, last=12)
     assert {s["lane"] for s in spans} >= {"cpu_prepare", "compute", "cpu_update"}
     assert 0 < charts.device_busy(spans) < 1
