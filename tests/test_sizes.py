@@ -29,6 +29,7 @@ ALLOWED: dict[str, str] = {
     "app/views/step.py:engine_controls": "the presenter's pause / step / resume row",
     "engine/server/server.py": "the websocket server: connections, roles, origins and limits "
     "meet at the handshake, and the engine-thread hand-off lives beside them",
+    "engine/server/openai_shapes.py": "every OpenAI body field, its checks and its error shape",
     "engine/server/http_api.py": "the HTTP/1.1 loop, its dispatch and its per-address limits",
     "engine/server/http_api.py:_connection": "one connection's whole life: deadline, limits, close",
     "engine/server/http_api.py:_dispatch": "one table of routes, methods and their answers",

@@ -56,11 +56,14 @@ class Generation:
         self.ended = False  # the engine has ended the request (done or error arrived)
 
     @property
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict:
+        """OpenAI's usage, with the prompt tokens the prefix cache served (lesson 10)."""
+        record = self.engine.telemetry.requests.get(self.request) or {}
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.tokens,
             "total_tokens": self.prompt_tokens + self.tokens,
+            "prompt_tokens_details": {"cached_tokens": int(record.get("cached_tokens") or 0)},
         }
 
     async def next(self) -> str | None:

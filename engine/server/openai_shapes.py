@@ -187,7 +187,9 @@ def _content(m: dict) -> str:
 
 def parse_body(raw: bytes, kind: str) -> CompletionArgs:
     """Body bytes to :class:`CompletionArgs`. Unknown fields are ignored, as the reference servers
-    do; a known field of the wrong type is refused with ``bad_field``."""
+    do, but the OpenAI fields this server does not implement (``UNSUPPORTED``, logprobs, a
+    response format other than text) get ``unsupported``; a known field of the wrong type is
+    refused with ``bad_field``."""
     body = _json_object(raw)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
@@ -197,6 +199,7 @@ def parse_body(raw: bytes, kind: str) -> CompletionArgs:
         args.messages = _messages(body)
     else:
         args.prompt, args.prompt_ids = _prompt(body)
+    _refuse_unsupported(body)
     _sampling(body, args)
     args.stop = _stop(body)
     args.stream = _bool(body, "stream")
@@ -207,6 +210,24 @@ def parse_body(raw: bytes, kind: str) -> CompletionArgs:
         args.include_usage = _bool(options, "include_usage")
     args.ignore_eos = _bool(body, "ignore_eos")  # vLLM's extension: forced lengths for benchmarks
     return args
+
+
+# Fields the API does not implement: refused, never silently ignored (a client that asked for tools
+# or logprobs would otherwise get a 200 with free text and wrong assumptions).
+UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call")
+
+
+def _refuse_unsupported(body: dict) -> None:
+    asked = [f for f in UNSUPPORTED if body.get(f) not in (None, [], {})]
+    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
+        asked.append("logprobs")
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        asked.append("response_format")
+    if asked:
+        exc = Unsupported(f"{asked[0]} is not implemented by this server")
+        exc.param = asked[0]  # type: ignore[attr-defined]
+        raise exc
 
 
 def _json_object(raw: bytes) -> dict:
