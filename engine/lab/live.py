@@ -44,13 +44,24 @@ HEADLINE = (  # the page's headline metrics, in its order (app/component/fluxo-l
 )
 
 
+_SPLIT: list[cpu.Split] = []
+
+
+def machine_split() -> cpu.Split:
+    """The lab's split of this machine, as it was before this process pinned itself to the page's
+    cores (a second ``measure`` in one process would otherwise see only those)."""
+    if not _SPLIT:
+        _SPLIT.append(cpu.lab_split())
+    return _SPLIT[0]
+
+
 def start_engine(model: str = "smollm2", device: str = "cpu") -> tuple[subprocess.Popen, int]:
     """The engine server alone, as ``make lab`` starts it; returns it and its port."""
     port = lab.free_port()
     args = lab.parse_args(
         ["--model", model, "--engine-port", str(port), "--page-port", "0", "--device", device]
     )
-    split = cpu.lab_split()
+    split = machine_split()
     engine_cmd, _ = lab.commands(args, split, None)
     proc = subprocess.Popen(
         engine_cmd,
@@ -127,7 +138,7 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Each scenario's ``[[live]]`` settings, in turn, on one server started as ``make lab``
     starts it (each lesson begins with a ``reset``, as the Lessons page's set-up does)."""
-    split = cpu.lab_split()
+    split = machine_split()
     proc, port = start_engine(device=device)
     out = []
     try:
