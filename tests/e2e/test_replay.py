@@ -157,7 +157,11 @@ def test_projector_mode_shows_one_large_chart(offline, browser):
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     page.goto(f"{offline}/?src=rec&rec={REC}&run=a&projector=1&chart=slots&at=60")
     frame = view(page)
-    frame.wait_for_function("() => fluxo.renders > 0 && Object.keys(fluxo.views).length === 1")
+    # the records arrive with the render that follows the first one on a loaded machine: wait
+    # for both (a full run once read an empty buffer right after the first render)
+    frame.wait_for_function(
+        "() => fluxo.renders > 0 && Object.keys(fluxo.views).length === 1 && fluxo.buffer.length"
+    )
     assert frame.evaluate("() => Object.keys(fluxo.views)") == ["slots"]
     assert frame.evaluate("() => document.body.classList.contains('projector')")
     assert frame.evaluate("() => fluxo.buffer[fluxo.buffer.length - 1].step") == 60
