@@ -22,7 +22,7 @@ RUNS = [b for b in cpu_quant_build.BUILDS if cpu_quant_build.cpu_ok(b) is None]
 
 
 def _forced(value: str) -> str:
-    code = "from kernels import cpu_quant; print(cpu_quant.build_name(), cpu_quant.unavailable_reason())"
+    code = "from kernels import cpu_quant as q; print(q.build_name(), q.unavailable_reason())"
     env = {**os.environ, "FLUXO_KERNELS": value, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300

@@ -43,7 +43,7 @@ SHOWCASES: dict[str, dict] = {
 }
 
 BLOCK = re.compile(r"<!-- showcase: ([\w-]+) -->\n```text\n(.*?)\n```", re.DOTALL)
-# an answer typed after a prompt as a code comment, e.g. `print(...)  # The capital of France is Paris.`
+# an answer typed after a prompt as a code comment, e.g. `print(...)  # The capital of France is`
 CLAIMED = re.compile(r"#\s*(?:streams:\s*)?The capital of France is", re.IGNORECASE)
 
 
