@@ -19,27 +19,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from engine.server.guard import normalize_origin
 
 PATH = "/fluxo/engine"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:8765"
 
 
 def same_origin(origin: str | None, host: str | None) -> bool:
-    """A browser's ``Origin`` names the host (and port) its request was sent to."""
+    """A browser's ``Origin`` names the host (and port) its request was sent to (the engine's own
+    origin normalization: lower case, default ports left out)."""
     if not origin or not host:
         return False
-    parts = urlsplit(origin)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return False
-    default = 443 if parts.scheme == "https" else 80
-    netloc = parts.netloc.lower()
-    if parts.port is None:
-        netloc = f"{netloc}:{default}"
-    want = host.lower() if ":" in host.rsplit("]", 1)[-1] else f"{host.lower()}:{default}"
-    return netloc == want
+    mine = normalize_origin(origin)
+    scheme = mine.split("://", 1)[0] if mine else ""
+    return mine is not None and mine == normalize_origin(f"{scheme}://{host}")
 
 
 def upstream_url(query: str) -> str:
