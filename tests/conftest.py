@@ -25,7 +25,8 @@ def smollm2():
 def make_tiny_engine(tiny):
     model, tok = tiny
 
-    def make(**overrides) -> Engine:
+    def make(weights_of=None, **overrides) -> Engine:
+        """``weights_of``: another (model, tokenizer) than the float64 tiny one (set its dtype)."""
         cfg = dict(
             model="tiny",
             dtype="float64",
@@ -36,7 +37,8 @@ def make_tiny_engine(tiny):
             fill_timeout_s=0.0,
         )
         cfg.update(overrides)
-        return Engine(EngineConfig(**cfg), model=model, tokenizer=tok)
+        m, t = weights_of or (model, tok)
+        return Engine(EngineConfig(**cfg), model=m, tokenizer=t)
 
     return make
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.llama import ForwardBatch, LlamaForward, PrefillSpan
 from engine.core.model import tiny_llama
@@ -163,22 +162,6 @@ def test_a_chunks_rows_equal_the_same_tokens_decoded_one_by_one(tiny32):
         assert torch.equal(k, results[0][1]) and torch.equal(v, results[0][2])
 
 
-def _engine(tiny32, **overrides) -> Engine:
-    model, tok = tiny32
-    cfg = dict(
-        model="tiny",
-        dtype="float32",
-        weights="q4",
-        max_slots=4,
-        kv_blocks=64,
-        block_size=4,
-        chunk_budget=8,
-        fill_timeout_s=0.0,
-    )
-    cfg.update(overrides)
-    return Engine(EngineConfig(**cfg), model=model, tokenizer=tok)
-
-
 def _greedy_run(engine: Engine, switch: dict | None = None) -> list[list[int]]:
     prompts = [[(5 * i + j) % 250 for j in range(3 + 3 * i)] for i in range(7)]
     lengths = [4, 19, 7, 12, 2, 9, 15]
@@ -195,8 +178,13 @@ def _greedy_run(engine: Engine, switch: dict | None = None) -> list[list[int]]:
     return [h.token_ids for h in handles]
 
 
-def test_q4_greedy_identical_across_policies_budgets_layouts_runners_and_switches(tiny32):
-    engine = _engine(tiny32, max_slots=1, policy="continuous")
+def test_q4_greedy_identical_across_policies_budgets_layouts_runners_and_switches(
+    tiny32, make_tiny_engine
+):
+    def _engine(**overrides) -> Engine:
+        return make_tiny_engine(weights_of=tiny32, dtype="float32", weights="q4", **overrides)
+
+    engine = _engine(max_slots=1, policy="continuous")
     assert engine.runner.forward_impl.fused is not None  # the q4 one-call step serves
     ref = _greedy_run(engine)  # one sequence at a time, whole prompts
     configs = [
@@ -208,4 +196,4 @@ def test_q4_greedy_identical_across_policies_budgets_layouts_runners_and_switche
     configs += [dict(policy="chunked", chunk_budget=b) for b in (3, 5, 16)]
     for cfg in configs:
         for switch in (None, dict(policy="chunked", chunk_budget=3), dict(policy="static")):
-            assert _greedy_run(_engine(tiny32, **cfg), switch) == ref, (cfg, switch)
+            assert _greedy_run(_engine(**cfg), switch) == ref, (cfg, switch)
