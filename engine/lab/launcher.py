@@ -268,6 +268,11 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        # a second Ctrl-C or SIGTERM (a terminal's, or `timeout` passing one on) must not cut
+        # the stop short and leave a child running
+        for name in ("SIGINT", "SIGTERM"):
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
         stop(page, engine)
 
 
