@@ -119,7 +119,9 @@ def _compare_plays_both_runs(page) -> None:
     a.locator("#rp-start").click()
     a.locator("#rp-speed").select_option("8")
     a.locator("#rp-play").click()
-    b.wait_for_function("() => fluxo.player.playing && fluxo.player.cursor >= 3")
+    # B moved with A (at 8x a short run can end, and stop playing, before a loaded machine's
+    # next poll: a full run once waited 60 s on "playing" after B had followed to the end)
+    b.wait_for_function("() => fluxo.player.cursor >= 3")
     page.keyboard.press(" ")  # space pauses both
     a.wait_for_function("() => !fluxo.player.playing")
     b.wait_for_function("() => !fluxo.player.playing")
