@@ -1,7 +1,7 @@
 // Fluxo's quantized forward step on the CPU: every layer, the final norm and the vocabulary head
 // in one call (one OpenMP region), for any rows: decode rows and prompt-chunk rows alike. Compiled
 // after kernels/cpu_quant.cpp, cpu_quant_int8.cpp and cpu_quant_tile.cpp (qmm_part) into one
-// library by kernels/cpu_quant.py.
+// library by kernels/cpu_quant_build.py.
 //
 // A row is a token at position pos: its K/V is written at write_slots[row], then it attends to the
 // first pos + 1 slots of its context (ctx_slots from ctx_start[row]). A prompt chunk of n tokens is
@@ -77,29 +77,28 @@ static void write_kv(const Step& s, const float* qkv, int64_t ldq, float* kc, fl
 
 // q . k over d floats (d a multiple of 8), two fma chains.
 static inline float dot8(const float* a, const float* b, int64_t d) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    f8 s0 = f8_zero(), s1 = f8_zero();
     int64_t i = 0;
     for (; i + 16 <= d; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s0 = f8_fma(f8_load(a + i), f8_load(b + i), s0);
+        s1 = f8_fma(f8_load(a + i + 8), f8_load(b + i + 8), s1);
     }
-    if (i < d) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    return hsum(_mm256_add_ps(s0, s1));
+    if (i < d) s0 = f8_fma(f8_load(a + i), f8_load(b + i), s0);
+    return f8_hsum(f8_add(s0, s1));
 }
 
 // q . k for four keys at once: four fma chains, one horizontal reduction for all four.
 static inline void dot4(const float* q, const float* k0, const float* k1, const float* k2,
                         const float* k3, int64_t d, float* out) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    f8 a0 = f8_zero(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t i = 0; i < d; i += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + i);
-        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
-        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
-        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
-        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
+        const f8 qv = f8_load(q + i);
+        a0 = f8_fma(qv, f8_load(k0 + i), a0);
+        a1 = f8_fma(qv, f8_load(k1 + i), a1);
+        a2 = f8_fma(qv, f8_load(k2 + i), a2);
+        a3 = f8_fma(qv, f8_load(k3 + i), a3);
     }
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    f8_hsum4(a0, a1, a2, a3, out);
 }
 
 // o = inv * sum_j p[j] v[slot[j]] with the NV x 8 outputs in registers (a chain through memory
@@ -107,18 +106,18 @@ static inline void dot4(const float* q, const float* k0, const float* k1, const 
 template <int NV>
 static inline void pv(const float* p, const int64_t* slot, int64_t n, const float* v,
                       int64_t vstride, float inv, float* o) {
-    __m256 acc[NV];
+    f8 acc[NV];
 #pragma GCC unroll 16
-    for (int i = 0; i < NV; i++) acc[i] = _mm256_setzero_ps();
+    for (int i = 0; i < NV; i++) acc[i] = f8_zero();
     for (int64_t j = 0; j < n; j++) {
-        const __m256 pp = _mm256_set1_ps(p[j]);
+        const f8 pp = f8_set1(p[j]);
         const float* vr = v + slot[j] * vstride;
 #pragma GCC unroll 16
-        for (int i = 0; i < NV; i++) acc[i] = _mm256_fmadd_ps(pp, _mm256_loadu_ps(vr + 8 * i), acc[i]);
+        for (int i = 0; i < NV; i++) acc[i] = f8_fma(pp, f8_load(vr + 8 * i), acc[i]);
     }
-    const __m256 iv = _mm256_set1_ps(inv);
+    const f8 iv = f8_set1(inv);
 #pragma GCC unroll 16
-    for (int i = 0; i < NV; i++) _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(acc[i], iv));
+    for (int i = 0; i < NV; i++) f8_store(o + 8 * i, f8_mul(acc[i], iv));
 }
 
 // Units (row, head) (head_dim a multiple of 8): softmax(q k^T * scale) v over the row's own pos + 1
@@ -151,14 +150,14 @@ static void attend(const Step& s, const float* qkv, int64_t ldq, const float* kc
         // 15, two A/B pairs x 2: ctx 128 36.6 36.9 36.9 36.9 -> 35.7 33.7 30.2 32.5; ctx 8 26.5
         // 26.5 26.5 25.9 -> 27.3 25.8 23.2 24.2. Not bit for bit expf's (within 1.2e-7 relative):
         // q4 decode perplexity, accuracy text, 45.238 -> 45.227.
-        __m256 vsum = _mm256_setzero_ps();
-        const __m256 vmx = _mm256_set1_ps(mx);
+        f8 vsum = f8_zero();
+        const f8 vmx = f8_set1(mx);
         for (j = 0; j + 8 <= n; j += 8) {
-            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmx));
-            _mm256_storeu_ps(sc + j, e);
-            vsum = _mm256_add_ps(vsum, e);
+            const f8 e = exp8(f8_sub(f8_load(sc + j), vmx));
+            f8_store(sc + j, e);
+            vsum = f8_add(vsum, e);
         }
-        float sum = hsum(vsum);
+        float sum = f8_hsum(vsum);
         for (; j < n; j++) {
             sc[j] = expf(sc[j] - mx);
             sum += sc[j];
@@ -198,6 +197,26 @@ struct Laps {
         laps.lap(WAITS);            \
     } while (0)
 
+// Flush denormals to zero (tiny softmax weights are microcode-slow on x86): MXCSR's FTZ + DAZ, on
+// ARM FPCR.FZ (denormal inputs and results of fp32 arithmetic read and written as zero, as the two
+// x86 bits do). Returns the mode to restore.
+#ifdef FLUXO_X86
+static inline uint64_t denormals_to_zero() {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);
+    return csr;
+}
+static inline void restore_fp_mode(uint64_t csr) { _mm_setcsr((unsigned)csr); }
+#else
+static inline uint64_t denormals_to_zero() {
+    uint64_t fpcr;
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+    __asm__ __volatile__("msr fpcr, %0" ::"r"(fpcr | (1ull << 24)));
+    return fpcr;
+}
+static inline void restore_fp_mode(uint64_t fpcr) { __asm__ __volatile__("msr fpcr, %0" ::"r"(fpcr)); }
+#endif
+
 static void step_thread(const Step& s, float* qkv, float* attn, float* act, int tid, int nt,
                         double* phases) {
     const int64_t B = s.rows, D = s.hidden, hd = s.head_dim;
@@ -211,8 +230,7 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
     t.q.resize(hd);
     QRow x = t.row();
     Laps laps{phases ? phases + tid * PHASES : nullptr, omp_get_wtime()};
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040);  // flush denormals to zero (tiny softmax weights are microcode-slow)
+    const uint64_t csr = denormals_to_zero();
     for (int64_t l = 0; l < s.layers; l++) {
         const int64_t* d = s.desc + l * 14;
         float* kc = s.kc + l * s.layer_stride;
@@ -260,7 +278,7 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
                  s.logits, s.vocab, 0, tid, nt);
     }
     if (laps.acc) FLUXO_BARRIER(laps, HEAD);  // timed: the threads' last wait is a wait too
-    _mm_setcsr(csr);
+    restore_fp_mode(csr);
 }
 
 static void forward_step(const int64_t* desc, const int64_t* dims, const float* eps_scale, float* h,

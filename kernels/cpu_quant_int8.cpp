@@ -1,12 +1,13 @@
 // Fluxo's int8-activation products: activations quantized per 32 (Q8_1) x GGUF blocks, one weight
 // row and one activation row at a time (the tiles' N remainder, and Q8_0 matrices without tiles;
-// every other product runs cpu_quant_tile.cpp's 8x4 tiles, one row included). Compiled after kernels/cpu_quant.cpp, before
-// cpu_quant_tile.cpp and cpu_quant_decode.cpp, by kernels/cpu_quant.py (g++ at first use, AVX2 +
-// FMA + F16C, OpenMP).
+// every other product runs cpu_quant_tile.cpp's 8x4 tiles, one row included). Compiled after
+// kernels/cpu_quant.cpp, before cpu_quant_tile.cpp and cpu_quant_decode.cpp, by
+// kernels/cpu_quant_build.py (AVX2 + FMA + F16C, or NEON + dotprod; OpenMP where the compiler has
+// it).
 //
 // Activations are quantized per block of 32 to int8 with one fp32 scale d = max|x| / 127 and the
 // block sum s = d * sum(q) (llama.cpp's Q8_1). A weight block times an activation block is then one
-// integer dot product (_mm256_maddubs_epi16 + _mm256_madd_epi16) and one fp32 fma:
+// integer dot product (x86: _mm256_maddubs_epi16 + _mm256_madd_epi16; ARM: sdot) and one fp32 fma:
 //   Q4_1 (w = dw * qw + mw):  dw * dx * sum(qw * qx) + mw * s
 //   Q8_0 (w = dw * qw):       dw * dx * sum(qw * qx)
 // The fp32-activation kernels dequantize each block to 32 floats first (4 conversions and 4 fmas
@@ -19,6 +20,7 @@ struct QRow {  // one matrix of quantized activations: M rows of K
     float* s;   // [M, K/32]
 };
 
+#ifdef FLUXO_X86
 static void quantize_rows(const float* x, int64_t M, int64_t K, QRow out) {
     const int64_t nb = K / 32;
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -53,10 +55,42 @@ static void quantize_rows(const float* x, int64_t M, int64_t K, QRow out) {
     }
 }
 
+#else
+static void quantize_rows(const float* x, int64_t M, int64_t K, QRow out) {
+    const int64_t nb = K / 32;
+    for (int64_t i = 0; i < M * nb; i++) {
+        const float* p = x + i * 32;
+        float32x4_t v[8];
+        float32x4_t mx = vdupq_n_f32(0.0f);
+        for (int j = 0; j < 8; j++) {
+            v[j] = vld1q_f32(p + 4 * j);
+            mx = vmaxq_f32(mx, vabsq_f32(v[j]));
+        }
+        const float amax = vmaxvq_f32(mx);
+        const float d = amax / 127.0f;
+        const float32x4_t id = vdupq_n_f32(d > 0.0f ? 127.0f / amax : 0.0f);
+        int32x4_t r[8];
+        for (int j = 0; j < 8; j++)  // round to nearest even (fcvtns), as x86's cvtps after round
+            r[j] = vcvtnq_s32_f32(vmulq_f32(v[j], id));
+        int32x4_t sum = vaddq_s32(vaddq_s32(r[0], r[1]), vaddq_s32(r[2], r[3]));
+        sum = vaddq_s32(sum, vaddq_s32(vaddq_s32(r[4], r[5]), vaddq_s32(r[6], r[7])));
+        for (int j = 0; j < 2; j++) {  // |r| <= 127: the narrowing never saturates
+            const int16x8_t a = vcombine_s16(vqmovn_s32(r[4 * j]), vqmovn_s32(r[4 * j + 1]));
+            const int16x8_t c = vcombine_s16(vqmovn_s32(r[4 * j + 2]), vqmovn_s32(r[4 * j + 3]));
+            vst1q_s8(out.q + i * 32 + 16 * j, vcombine_s8(vqmovn_s16(a), vqmovn_s16(c)));
+        }
+        out.d[i] = d;
+        out.s[i] = d * (float)vaddvq_s32(sum);
+    }
+}
+
+#endif
+
 // -- one weight row x R activation rows ------------------------------------------------------------
+#ifdef FLUXO_X86
 // One weight block (b) times R activation rows, into acc / summ (kept in registers by the caller).
 template <int R, bool Q4>
-static inline void qblock(const uint8_t* wrow, int64_t b, const QRow& x, int64_t K, __m256 acc[R],
+static inline void qblock(const uint8_t* wrow, int64_t b, const QRow& x, int64_t K, f8 acc[R],
                           float summ[R]) {
     const int64_t nbx = K / 32;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -88,15 +122,50 @@ static inline void qblock(const uint8_t* wrow, int64_t b, const QRow& x, int64_t
     }
 }
 
+#else
+// One weight block (b) times R activation rows, into acc / summ (kept in registers by the caller).
+// sdot: lane i of a product is the 4 products of bytes 4i..4i+3, weights 0..15 against activations
+// 0..15 in the first, 16..31 in the second: the lanes of x86's maddubs + madd, the same int32s.
+template <int R, bool Q4>
+static inline void qblock(const uint8_t* wrow, int64_t b, const QRow& x, int64_t K, f8 acc[R],
+                          float summ[R]) {
+    const int64_t nbx = K / 32;
+    int8x16_t w0, w1;
+    float dw, mw = 0.0f;
+    if (Q4) {
+        const uint8_t* blk = wrow + b * 20;
+        dw = h2f(blk);
+        mw = h2f(blk + 2);
+        const uint8x16_t t = vld1q_u8(blk + 4);
+        w0 = vreinterpretq_s8_u8(vandq_u8(t, vdupq_n_u8(0x0F)));  // 0..15: fits sdot's signed
+        w1 = vreinterpretq_s8_u8(vshrq_n_u8(t, 4));
+    } else {
+        const uint8_t* blk = wrow + b * 34;
+        dw = h2f(blk);
+        w0 = vld1q_s8((const int8_t*)(blk + 2));
+        w1 = vld1q_s8((const int8_t*)(blk + 18));
+    }
+    const int32x4_t zero = vdupq_n_s32(0);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const int8_t* qx = x.q + r * K + b * 32;
+        const f8 p = f8_i32(vdotq_s32(zero, w0, vld1q_s8(qx)), vdotq_s32(zero, w1, vld1q_s8(qx + 16)));
+        acc[r] = f8_fma(p, f8_set1(dw * x.d[r * nbx + b]), acc[r]);
+        if (Q4) summ[r] += mw * x.s[r * nbx + b];
+    }
+}
+
+#endif
+
 // One weight row times R activation rows; two accumulator sets (even and odd blocks) so that the
 // fma latency chains overlap at one row.
 template <int R, bool Q4>
 static inline void qdot(const uint8_t* wrow, int64_t nb, const QRow& x, int64_t K, float out[R]) {
-    __m256 a0[R], a1[R];
+    f8 a0[R], a1[R];
     float s0[R], s1[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        a0[r] = a1[r] = _mm256_setzero_ps();
+        a0[r] = a1[r] = f8_zero();
         s0[r] = s1[r] = 0.0f;
     }
     int64_t b = 0;
@@ -106,7 +175,7 @@ static inline void qdot(const uint8_t* wrow, int64_t nb, const QRow& x, int64_t 
     }
     if (b < nb) qblock<R, Q4>(wrow, b, x, K, a0, s0);
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) out[r] = hsum(_mm256_add_ps(a0[r], a1[r])) + s0[r] + s1[r];
+    for (int r = 0; r < R; r++) out[r] = f8_hsum(f8_add(a0[r], a1[r])) + s0[r] + s1[r];
 }
 
 // Output rows [n0, n1) of y = x @ W.T for all M rows; epilogue: 0 store, 1 add (residual),
@@ -139,6 +208,7 @@ static void qmm_rows(const uint8_t* w, int64_t N, int64_t K, const QRow& x, int6
 // chains, no memory. 6 chains, not more: 16 ymm registers hold 6 inputs, 6 sums and the weight
 // without spilling. Measured 2026-11-30, this project's 2-core AMD EPYC (AVX2, no VNNI), thread
 // by thread: ~0.37 ns a pair (about one a cycle), ~0.18 ns an fp32 fma on 8 chains (two a cycle).
+#ifdef FLUXO_X86
 __attribute__((noinline)) static int int8_pairs(int64_t iters) {
     __m256i a[6], acc[6];
     const __m256i w = _mm256_set1_epi8(3);
@@ -160,6 +230,30 @@ __attribute__((noinline)) static int int8_pairs(int64_t iters) {
     for (int i = 1; i < 6; i++) t = _mm256_add_epi16(t, acc[i]);
     return _mm256_extract_epi16(t, 0);
 }
+
+#else
+// ARM (the neon build): sdot does 16 multiply-adds into int32 lanes, two a chain a step (32 as
+// x86's), on 6 chains: 6 inputs, 12 sums and the weight fit in NEON's 32 registers.
+__attribute__((noinline)) static int int8_pairs(int64_t iters) {
+    int8x16_t a[6];
+    int32x4_t acc[12];
+    const int8x16_t w = vdupq_n_s8(3);
+    for (int i = 0; i < 6; i++) a[i] = vdupq_n_s8((int8_t)(i + 1));
+    for (int i = 0; i < 12; i++) acc[i] = vdupq_n_s32(0);
+    for (int64_t n = 0; n < iters; n++) {
+#pragma GCC unroll 6
+        for (int i = 0; i < 6; i++) {
+            __asm__("" : "+w"(a[i]));  // an input the compiler cannot hoist out of the loop
+            acc[2 * i] = vdotq_s32(acc[2 * i], w, a[i]);
+            acc[2 * i + 1] = vdotq_s32(acc[2 * i + 1], w, a[i]);
+        }
+    }
+    int32x4_t t = acc[0];
+    for (int i = 1; i < 12; i++) t = vaddq_s32(t, acc[i]);
+    return vgetq_lane_s32(t, 0);
+}
+
+#endif
 
 extern "C" {
 // Int8 multiply-adds per second of `threads` threads each running int8_pairs(iters) at once (wall

@@ -1,6 +1,7 @@
 // Fluxo's register-tiled int8 GEMMs: 8 weight rows x up to 4 activation rows per inner loop, for 2
 // or more activation rows; Q4_1 (the layers) and Q8_0 (the vocabulary head, and q8's layers).
-// Compiled after kernels/cpu_quant_int8.cpp (QRow, quantize_rows, and qmm_rows: the N remainder) and before cpu_quant_decode.cpp, by kernels/cpu_quant.py.
+// Compiled after kernels/cpu_quant_int8.cpp (QRow, quantize_rows, and qmm_rows: the N remainder)
+// and before cpu_quant_decode.cpp, by kernels/cpu_quant_build.py.
 //
 // The one-row kernels (cpu_quant_int8.cpp) reduce every (weight row, activation row, block) to a
 // scalar: maddubs, madd, a horizontal step, a conversion and an fma per pair, and unpack each
@@ -40,6 +41,7 @@ constexpr int64_t TILE_BYTES = 160;  // a block of a tile: 4 x 32 bytes of nibbl
 // registers by tile_rows, low nibbles pair with the activation's dword j and high ones with j + 4.
 // Then the 8 rows' d, then their m (fp16, lane order). Written once at load (fluxo_q4_1_tiles) or
 // per call where a product has no packed copy.
+#ifdef FLUXO_X86
 static inline void pack_q4_1(const uint8_t* w, int64_t width, int64_t nb, uint8_t* out) {
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t* r = w + b * 20;
@@ -61,6 +63,21 @@ static inline void pack_q4_1(const uint8_t* w, int64_t width, int64_t nb, uint8_
     }
 }
 
+#else
+static inline void pack_q4_1(const uint8_t* w, int64_t width, int64_t nb, uint8_t* out) {
+    for (int64_t b = 0; b < nb; b++) {  // the same bytes as x86's unpacks, by copies
+        const uint8_t* r = w + b * 20;
+        uint8_t* o = out + b * TILE_BYTES;
+        for (int i = 0; i < 8; i++) {
+            for (int j = 0; j < 4; j++) memcpy(o + 32 * j + 4 * i, r + i * width + 4 + 4 * j, 4);
+            memcpy(o + 128 + 2 * i, r + i * width, 2);
+            memcpy(o + 144 + 2 * i, r + i * width + 2, 2);
+        }
+    }
+}
+
+#endif
+
 constexpr int64_t TILE8_BYTES = 272;  // a block of a Q8_0 tile: 8 x 32 int8, then 8 fp16 d
 
 // Q8_0's tile layout (34 bytes a row-block, as Q8_0): lane i of vector j holds row i's int8 weights
@@ -76,6 +93,7 @@ static void pack_q8_0(const uint8_t* w, int64_t width, int64_t nb, uint8_t* out)
     }
 }
 
+#ifdef FLUXO_X86
 // -- the integer dot step: u8 weights x s8 activations, 4 products a 32-bit lane ----------------------
 // AVX2: maddubs gives int16 pairs, added up in int16 (a Q4_1 block's |sum| <= 30480: exact) and
 // widened once a block (madd); Q8_0's pairs reach 2 * 127 * 128 and are widened every step.
@@ -112,9 +130,9 @@ static inline void tile_rows(const uint8_t* tile, int64_t nb, const int8_t* xq, 
                              const float* xs, int64_t K, float* out, const uint8_t* pf) {
     const int64_t pfb = TILE_BYTES;  // the next tile's bytes per block (either layout)
     const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0F);
-    __m256 acc[MR];
+    f8 acc[MR];
 #pragma GCC unroll 4
-    for (int r = 0; r < MR; r++) acc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < MR; r++) acc[r] = f8_zero();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t* t = tile + b * TILE_BYTES;
         __m256i raw[4];
@@ -150,7 +168,7 @@ static inline void tile_rows(const uint8_t* tile, int64_t nb, const int8_t* xq, 
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < MR; r++) _mm256_storeu_ps(out + r * 8, acc[r]);
+    for (int r = 0; r < MR; r++) f8_store(out + r * 8, acc[r]);
 }
 
 // The Q8_0 tile: signed weights, so |w| is maddubs' unsigned operand and w's sign moves onto the
@@ -160,9 +178,9 @@ template <int MR>
 static inline void tile8_rows(const uint8_t* tile, int64_t nb, const int8_t* xq, const float* xd,
                               const float*, int64_t K, float* out, const uint8_t* pf) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[MR];
+    f8 acc[MR];
 #pragma GCC unroll 4
-    for (int r = 0; r < MR; r++) acc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < MR; r++) acc[r] = f8_zero();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t* t = tile + b * TILE8_BYTES;
         const int8_t* xb = xq + b * 32;
@@ -191,8 +209,105 @@ static inline void tile8_rows(const uint8_t* tile, int64_t nb, const int8_t* xq,
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < MR; r++) _mm256_storeu_ps(out + r * 8, acc[r]);
+    for (int r = 0; r < MR; r++) f8_store(out + r * 8, acc[r]);
 }
+
+#else
+// -- the same tiles on ARM (the neon build) ---------------------------------------------------------
+// A tile vector's 32 bytes are two NEON registers: rows 0-3 and rows 4-7. sdot adds the four
+// products of each 32-bit lane into int32 (weights x activations, both signed: Q4_1's nibbles
+// 0..15 fit, and Q8_0 needs no sign trick), the same integers as x86's maddubs chains; the fp32
+// epilogue is x86's, lane for lane. (udot would need unsigned activations; i8mm's smmla/usmmla
+// multiply 2x8 by 8x2 blocks, another tile layout: not used, see docs/architecture.md.)
+static inline int8x16_t bcast4(const int8_t* p) {  // 4 activation bytes to every lane
+    int32_t v;
+    memcpy(&v, p, 4);
+    return vreinterpretq_s8_s32(vdupq_n_s32(v));
+}
+
+template <int MR>
+static inline void tile_rows(const uint8_t* tile, int64_t nb, const int8_t* xq, const float* xd,
+                             const float* xs, int64_t K, float* out, const uint8_t* pf) {
+    const int64_t pfb = TILE_BYTES;
+    const uint8x16_t mask = vdupq_n_u8(0x0F);
+    f8 acc[MR];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) acc[r] = f8_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t* t = tile + b * TILE_BYTES;
+        uint8x16_t raw[8];  // vector j's rows 0-3 at 2j, rows 4-7 at 2j + 1
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) raw[j] = vld1q_u8(t + 16 * j);
+        const int8_t* xb = xq + b * 32;
+        if (pf)
+            for (int64_t off = b * pfb & ~(int64_t)63; off < (b + 1) * pfb; off += 64)
+                __builtin_prefetch(pf + off, 0, 2);
+        int32x4_t s0[MR], s1[MR];
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) s0[r] = s1[r] = vdupq_n_s32(0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const int k = 2 * (j & 3);
+            const int8x16_t w0 = vreinterpretq_s8_u8(j < 4 ? vandq_u8(raw[k], mask) : vshrq_n_u8(raw[k], 4));
+            const int8x16_t w1 =
+                vreinterpretq_s8_u8(j < 4 ? vandq_u8(raw[k + 1], mask) : vshrq_n_u8(raw[k + 1], 4));
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; r++) {
+                const int8x16_t xv = bcast4(xb + r * K + 4 * j);
+                s0[r] = vdotq_s32(s0[r], w0, xv);
+                s1[r] = vdotq_s32(s1[r], w1, xv);
+            }
+        }
+        const f8 d8 = f8_half(t + 128), m8 = f8_half(t + 144);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            const f8 dd = f8_mul(d8, f8_set1(xd[r * nb + b]));
+            acc[r] = f8_fma(f8_i32(s0[r], s1[r]), dd, acc[r]);
+            acc[r] = f8_fma(m8, f8_set1(xs[r * nb + b]), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) f8_store(out + r * 8, acc[r]);
+}
+
+template <int MR>
+static inline void tile8_rows(const uint8_t* tile, int64_t nb, const int8_t* xq, const float* xd,
+                              const float*, int64_t K, float* out, const uint8_t* pf) {
+    f8 acc[MR];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) acc[r] = f8_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t* t = tile + b * TILE8_BYTES;
+        const int8_t* xb = xq + b * 32;
+        if (pf)
+            for (int64_t off = b * TILE8_BYTES & ~(int64_t)63; off < (b + 1) * TILE8_BYTES; off += 64)
+                __builtin_prefetch(pf + off, 0, 2);
+        int32x4_t s0[MR], s1[MR];
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) s0[r] = s1[r] = vdupq_n_s32(0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const int8x16_t w0 = vld1q_s8((const int8_t*)(t + 32 * j));
+            const int8x16_t w1 = vld1q_s8((const int8_t*)(t + 32 * j + 16));
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; r++) {
+                const int8x16_t xv = bcast4(xb + r * K + 4 * j);
+                s0[r] = vdotq_s32(s0[r], w0, xv);
+                s1[r] = vdotq_s32(s1[r], w1, xv);
+            }
+        }
+        const f8 d8 = f8_half(t + 256);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            const f8 dd = f8_mul(d8, f8_set1(xd[r * nb + b]));
+            acc[r] = f8_fma(f8_i32(s0[r], s1[r]), dd, acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) f8_store(out + r * 8, acc[r]);
+}
+
+#endif
 
 // All M activation rows against one packed tile: out [M][8].
 template <bool Q4>
@@ -241,9 +356,9 @@ static void qmm_tiles(const uint8_t* w, const uint8_t* tiles, int64_t N, int64_t
             if (mode == 0) for (int i = 0; i < 8; i++) o[i] = vr[i];
             else if (mode == 1) for (int i = 0; i < 8; i++) o[i] += vr[i];
             else {  // silu(gate) * up, 8 at once (SmolLM2 at 8 rows: 368k scalar expf a step)
-                const __m256 a = _mm256_loadu_ps(vr), e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), a));
-                const __m256 sl = _mm256_div_ps(a, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-                _mm256_storeu_ps(o, _mm256_mul_ps(sl, _mm256_loadu_ps(g.data() + r * 8)));
+                const f8 a = f8_load(vr), e = exp8(f8_sub(f8_zero(), a));
+                const f8 sl = f8_div(a, f8_add(f8_set1(1.0f), e));
+                f8_store(o, f8_mul(sl, f8_load(g.data() + r * 8)));
             }
         }
     }
