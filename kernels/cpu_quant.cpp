@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <algorithm>
 #include <vector>
 
 // OpenMP where the compiler has it (-fopenmp; Apple clang: -Xpreprocessor -fopenmp -lomp); without

@@ -26,12 +26,14 @@ static void rmsnorm(const float* h, const float* w, int64_t M, int64_t D, float 
 }
 
 // transformers' rotate_half rotary: x[i] pairs with x[i + d/2]; c, s: the position's table rows.
+// The fused multiply-adds are spelled out (here and in rmsnorm): left to contraction, g++ fused
+// a * c - b * s as fma(a, c, -(b * s)) on x86 and fma(-b, s, a * c) on ARM, 1 ulp apart.
 static inline void rope(float* x, const float* c, const float* s, int64_t d) {
     const int64_t half = d / 2;
     for (int64_t i = 0; i < half; i++) {
         const float a = x[i], b = x[i + half];
-        x[i] = a * c[i] - b * s[i];
-        x[i + half] = b * c[i + half] + a * s[i + half];
+        x[i] = fmaf(a, c[i], -(b * s[i]));
+        x[i + half] = fmaf(b, c[i + half], a * s[i + half]);
     }
 }
 
@@ -220,7 +222,10 @@ static inline void restore_fp_mode(uint64_t fpcr) { __asm__ __volatile__("msr fp
 static void step_thread(const Step& s, float* qkv, float* attn, float* act, int tid, int nt,
                         double* phases) {
     const int64_t B = s.rows, D = s.hidden, hd = s.head_dim;
-    const int64_t nqkv = (s.heads + 2 * s.kv_heads) * hd, kmax = D > s.inter ? D : s.inter;
+    const int64_t nqkv = (s.heads + 2 * s.kv_heads) * hd, nattn = s.heads * hd;
+    // the widest product input: hidden, the intermediate size, or heads x head_dim (the o
+    // projection's, wider than hidden in some models)
+    const int64_t kmax = std::max(std::max(D, s.inter), nattn);
     Scratch t;
     t.f.resize(B * kmax);
     t.xq.resize(B * kmax);

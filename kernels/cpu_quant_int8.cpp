@@ -118,7 +118,7 @@ static inline void qblock(const uint8_t* wrow, int64_t b, const QRow& x, int64_t
         if (!Q4) qx = _mm256_sign_epi8(qx, qw);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, qx), ones);
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x.d[r * nbx + b]), acc[r]);
-        if (Q4) summ[r] += mw * x.s[r * nbx + b];
+        if (Q4) summ[r] = fmaf(mw, x.s[r * nbx + b], summ[r]);
     }
 }
 
@@ -151,7 +151,7 @@ static inline void qblock(const uint8_t* wrow, int64_t b, const QRow& x, int64_t
         const int8_t* qx = x.q + r * K + b * 32;
         const f8 p = f8_i32(vdotq_s32(zero, w0, vld1q_s8(qx)), vdotq_s32(zero, w1, vld1q_s8(qx + 16)));
         acc[r] = f8_fma(p, f8_set1(dw * x.d[r * nbx + b]), acc[r]);
-        if (Q4) summ[r] += mw * x.s[r * nbx + b];
+        if (Q4) summ[r] = fmaf(mw, x.s[r * nbx + b], summ[r]);
     }
 }
 
