@@ -140,6 +140,8 @@ def _stall_run(
         policy=policy,
         max_slots=slots,
         chunk_budget=budget,
+        # the long prompts share one report: cached, the 2nd-4th would not stall (specs.NO_CACHE)
+        prefix_cache=False,
     )
     running = [r for r in engine.telemetry.requests.values() if r["id"] not in injected]
     itl = inter_token_latencies(running)

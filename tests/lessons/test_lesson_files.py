@@ -147,8 +147,9 @@ def test_lesson_files_and_scenario(path, tiny) -> None:
         )
     sc = load(path / "scenario.toml")
     assert sc["lesson"]["number"] == int(path.name[:2])
-    # [engine] is sent as-is in a `control` message: live fields only, and valid.
-    assert set(sc["engine"]) <= set(LIVE_FIELDS)
+    # [engine] is sent as-is in a `control` message: every live field (a set-up never inherits
+    # the lesson before's, e.g. lesson 3's prefix cache off), and valid.
+    assert set(sc["engine"]) == set(LIVE_FIELDS), set(LIVE_FIELDS) ^ set(sc["engine"])
     EngineConfig(**sc["engine"])
     # [workload] restates the canonical workload the page's `compare` replays: they must not drift.
     wl = sc["workload"]
@@ -233,3 +234,37 @@ def test_compare_replays_a_workload_under_two_configs(tiny) -> None:
         compare(*tiny, "nope", {}, {}, 1.0)
     with pytest.raises(FluxoError):
         compare(*tiny, "uniform", {"policy": "oven"}, {}, 1.0)
+
+
+REPEATED_REPORT = ("long", "mixed")  # prompt sets whose long prompts repeat one report
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_prefill_is_never_hidden_by_the_prefix_cache(path) -> None:
+    """Every long prompt of the lessons repeats one report, so with the prefix cache on all but
+    the first are read from it and never prefilled (bench stall, 2026-12-01: 384 of 384 tokens
+    cached). Outside lesson 10, which is about that cache, a run or Live traffic with long
+    prompts has the cache off, and so does the page's compare of a workload with them."""
+    sc = load(path / "scenario.toml")
+    if sc["lesson"]["number"] == 10:
+        return
+    for r in sc["run"]:
+        spec = SPECS[r.get("workload", sc["workload"]["name"])]
+        if any(g["prompts"] in REPEATED_REPORT for g in spec["groups"]) and "peer" not in r:
+            config = engine_config(sc["engine"], {k: v for k, v in r.items() if k in CONFIG_FIELDS})
+            assert config["prefix_cache"] is False, f"{path.name} run {r['name']}"
+    if sc["traffic"]["prompts"] in REPEATED_REPORT and not sc.get("live"):
+        assert sc["engine"]["prefix_cache"] is False, f"{path.name} [traffic]"
+    for s in sc.get("live") or []:
+        if sc["traffic"]["prompts"] in REPEATED_REPORT or s.get("traffic", {}).get("prompts") in (
+            REPEATED_REPORT
+        ):
+            on = s.get("prefix_cache", sc["engine"]["prefix_cache"])
+            assert on is False, f"{path.name} live step {s['name']}"
+    for cmp_ in compares(sc):
+        if any(g["prompts"] in REPEATED_REPORT for g in SPECS[cmp_["workload"]]["groups"]):
+            for side in ("a", "b"):
+                on = cmp_[side].get(
+                    "prefix_cache", SPECS[cmp_["workload"]]["engine"].get("prefix_cache")
+                )
+                assert on is False, f"{path.name} [compare] {cmp_['workload']} {side}"
