@@ -63,6 +63,10 @@ class StepRecord(TypedDict, total=False):
     # mode switches, pauses, failures applied before this step; a refused policy decision is
     # {"kind": "policy_error", "code": "policy_error", "policy", "hook", "error"}
     events: list[dict]
+    # the hooks (token_budget, prefill_tokens, preempt, admit) whose answers this step were a
+    # loaded policy's own, in the order first asked; empty for a built-in. A hook refused (its
+    # policy_error event) and everything after it was decided by the continuous defaults.
+    decided: list[str]
     expected_s: float | None  # the cost model's duration for this step's work on a quiet machine
 
 

@@ -45,6 +45,8 @@ class ScheduledBatch:
     spans: list[tuple[Sequence, list[int], int]] = field(default_factory=list)
     # the policy's refused decisions (``policy_error`` events for the step record)
     errors: list[dict] = field(default_factory=list)
+    # the hooks a loaded policy answered itself this step (the step record's ``decided``)
+    decided: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.items or self.dead)
@@ -143,7 +145,7 @@ class Scheduler:
             if "token_budget" in hooks:
                 budget = self._ask("token_budget", None, (), check_budget, ())
             self._schedule_flowing(batch, budget, hooks)
-        batch.errors = self._guard.errors
+        batch.errors, batch.decided = self._guard.errors, self._guard.decided
         for seq, n in batch.items:
             seq.computed_prompt_tokens += max(0, min(n, seq.prefill_end - seq.num_cached))
             batch.spans.append((seq, seq.block_table, seq.num_cached + n))

@@ -108,6 +108,7 @@ def step_record(
         "tokens": tokens,
         "spans": work.spans,
         "events": work.events,
+        "decided": work.batch.decided,  # hooks a loaded policy answered itself (records.py)
         # The cost model's duration for this step's work on a quiet machine (None until it
         # has seen enough steps): measured >> expected with nothing admitted is the machine.
         "expected_s": None if work.cost is None else cost.expected(work.cost),

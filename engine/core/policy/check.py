@@ -61,12 +61,13 @@ def check_admit(value: Any, view: View, waiting: set[int]) -> list[int]:
 class Guard:
     """Calls one policy's hooks for one step and keeps the refusals."""
 
-    __slots__ = ("policy", "fallen", "errors", "clock")
+    __slots__ = ("policy", "fallen", "errors", "decided", "clock")
 
     def __init__(self, policy: Policy, clock: Callable[[], float] = time.perf_counter) -> None:
         self.policy = policy
         self.fallen = False  # a hook was refused: the rest of the step is the continuous policy's
         self.errors: list[dict[str, Any]] = []
+        self.decided: list[str] = []  # hooks whose answer this step was the policy's own, in order
         self.clock = clock
 
     def call(
@@ -84,7 +85,10 @@ class Guard:
             if took > policy.time_limit_s:
                 bound = 1000 * policy.time_limit_s
                 raise PolicyError(f"{hook} took {1000 * took:.1f} ms, bound {bound:.0f} ms")
-            return check(answer, view, *extra)
+            checked = check(answer, view, *extra)
+            if hook not in self.decided:
+                self.decided.append(hook)
+            return checked
         except Exception as exc:  # noqa: BLE001 - any failure of the policy's code is refused
             self.refuse(hook, exc)
             return check(getattr(DEFAULTS, hook)(view, *args), view, *extra)
