@@ -37,7 +37,7 @@ MAX_BYTES = 64 << 20  # a 64 MB export is ~60,000 step records: more than any cl
 # What a step record must hold to be replayed: every field of the record contract
 # (engine/core/records.py) but those the engine wrote later, which older recordings lack (the views
 # read them with a default). A field added to StepRecord is required here unless listed.
-LATER_STEP_FIELDS = ("admitted_cached", "cached_tokens", "expected_s")
+LATER_STEP_FIELDS = ("admitted_cached", "cached_tokens", "expected_s", "decided")
 STEP_FIELDS = tuple(f for f in StepRecord.__annotations__ if f not in LATER_STEP_FIELDS)
 REQUEST_FIELDS = ("id", "arrival", "status")
 SLOT_FIELDS = tuple(SlotRecord.__annotations__)  # every field of a slot
@@ -84,6 +84,7 @@ BIG = 10**12  # bound of every count and id
 RUNNERS = ("sync", "async")
 PHASES = ("prefill", "decode", "dead", "idle")
 LANES = ("cpu_prepare", "h2d", "compute", "d2h", "cpu_update")
+HOOKS = ("token_budget", "prefill_tokens", "preempt", "admit")  # engine/core/scheduler.HOOKS
 STATUSES = ("queued", "running", "preempted", "finished", "cancelled", "failed")
 KV_FIELDS = (
     "blocks_total",
@@ -251,6 +252,11 @@ def _check_step(rec: dict, n: int) -> dict:
         out["cached_tokens"] = _int(rec["cached_tokens"], n, "cached_tokens")
     if "expected_s" in rec:
         out["expected_s"] = _num(rec["expected_s"], n, "expected_s", none=True)
+    if "decided" in rec:  # the hooks a loaded policy answered itself this step
+        decided = rec["decided"]
+        if not isinstance(decided, list) or len(decided) > len(HOOKS):
+            raise _bad(n, "decided", "a list of policy hooks", decided)
+        out["decided"] = [_one_of(h, n, "a decided hook", HOOKS) for h in decided]
     return out
 
 
