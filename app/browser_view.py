@@ -150,8 +150,11 @@ def live(
     lang: str = "en",
     projector: bool = False,
     names: Sequence[str] = ORDER,
+    presenter: bool = False,
 ) -> None:
-    """Chat, headline metrics and the four live charts, fed by the browser's own connection."""
+    """Chat, headline metrics and the four live charts, fed by the browser's own connection;
+    ``presenter``: this session presents, so the view shows the loaded policies' refused
+    decisions (``fluxo-policy.js``)."""
     specs = _specs(names, lang, projector, slots=slots, **_heights(names, projector))
     _component(
         mode="live",
@@ -162,6 +165,7 @@ def live(
         min_column=_min_column(names, projector),
         buffer=buffer,
         held=held,
+        presenter=presenter,
         **engine_endpoint(),
         **_view_args(lang, projector, None),
         key=key,

@@ -1,7 +1,8 @@
 """The page's words in English and Brazilian Portuguese, and numbers formatted for the language.
 
 Every label, message and unit the pages and the browser view show comes from :data:`WORDS`, made
-of the pages' words (``app/i18n_pages.py``) and the browser view's (``app/i18n_view.py``);
+of the pages' words (``app/i18n_pages.py``), the browser view's (``app/i18n_view.py``) and those
+of student policies (``app/i18n_policy.py``);
 ``tests/app/test_i18n.py`` checks both languages have every key and the same ``{fields}``.
 Numbers: decimal comma and a dot for thousands in pt-BR (``1.234,5``), the reverse in English.
 """
@@ -12,12 +13,13 @@ import math
 from typing import Any
 
 from app.i18n_pages import PAGES
+from app.i18n_policy import POLICY
 from app.i18n_view import VIEW
 
 LANGS = ("en", "pt-BR")
 
 # key: (English, Portuguese), in the order the pages show them
-_W: dict[str, tuple[str, str]] = {**PAGES, **VIEW}
+_W: dict[str, tuple[str, str]] = {**PAGES, **VIEW, **POLICY}
 WORDS: dict[str, dict[str, str]] = {
     lang: {k: v[i] for k, v in _W.items()} for i, lang in enumerate(LANGS)
 }
@@ -70,6 +72,13 @@ UNITS: dict[str, tuple[float, int, str]] = {
     "wall_s": (1, 1, " s"),
     "tokens_per_step": (1, 2, ""),
     "slot_steps_per_token": (1, 2, ""),
+    # a policy's score on a trace (engine/lab/score.py)
+    "goodput_rps": (1, 2, ""),
+    "goodput_rps_without_heaviest": (1, 2, ""),
+    "fairness": (1, 2, ""),
+    "ttft_p99": (1000, 0, " ms"),
+    "preemptions": (1, 0, ""),
+    "policy_errors": (1, 0, ""),
 }
 
 

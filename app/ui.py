@@ -280,10 +280,23 @@ def _on_toggle(c: EngineClient, name: str, presenter: bool) -> None:
         st.session_state.setdefault("_synced", {})[name] = answer.get("config", {}).get(name, value)
 
 
+def policy_choices(reported, current, w: dict[str, str]):
+    """The policies the engine reported (``state.policies``: built-ins first, then those loaded
+    with ``--policy-file``), the one configured among them, and how each reads: a loaded one
+    marked as such. An engine that reports none offers the built-ins."""
+    names = [n for n in reported if isinstance(n, str)] if isinstance(reported, list) else []
+    names = names or list(CHOICES["policy"])
+    if isinstance(current, str) and current not in names:
+        names.append(current)
+    builtin = set(CHOICES["policy"])
+    return names, lambda n: n if n in builtin else w["policy_loaded"].format(name=n)
+
+
 def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE) -> None:
     """Policy / runner / KV layout / slots / chunk budget: each change sends one ``control``."""
     w = words()
-    config = c.snapshot(steps=0).state.get("config", {})
+    engine_state = c.snapshot(steps=0).state
+    config = engine_state.get("config", {})
     synced = st.session_state.setdefault("_synced", {})
     for name in keys:  # follow the server when someone else changed it
         if name in config and synced.get(name) != config[name]:
@@ -302,7 +315,13 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
                 args=(c, name, presenter),
                 disabled=not presenter,
             )
-            if name in CHOICES:
+            if name == "policy":
+                options, label = policy_choices(
+                    engine_state.get("policies"), config.get("policy"), w
+                )
+                read = lambda n, f=label: plain(f(n))  # noqa: E731 - radio labels: markdown
+                st.radio(w[name], options, horizontal=True, format_func=read, **kw)
+            elif name in CHOICES:
                 st.radio(w[name], CHOICES[name], horizontal=True, **kw)
             elif name == "max_slots":
                 st.number_input(w["slots"], 1, 64, **kw)

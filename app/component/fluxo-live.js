@@ -131,6 +131,7 @@
     const last = S.buffer.length ? S.buffer[S.buffer.length - 1] : null;
     if (last && rec.step <= last.step) S.buffer = [];  // the engine was reset: a new run
     S.buffer.push(rec);
+    S.onPolicySteps([rec], false);  // refused policy decisions: the presenter's notice
     if (S.buffer.length > S.bufferSize) S.buffer.splice(0, S.buffer.length - S.bufferSize);
     S.received++;
     S.skipped += m.skipped || 0;
@@ -152,6 +153,8 @@
         break;
       case "history":
         S.buffer = (m.steps || []).slice(-S.bufferSize);
+        if (!S.buffer.length) S.onPolicyReset();  // a reset engine sends an empty history
+        S.onPolicySteps(S.buffer, true);
         addPeople(m.requests || []);
         S.dirty = true;
         break;

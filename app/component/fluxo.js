@@ -124,6 +124,7 @@
       S.connect();
     }
     if (args.held !== undefined) showHeld(args.held);
+    if (S.drawPolicyErrors) S.drawPolicyErrors();  // presenter or not, language: drawn again
     setHeight();
   }
 

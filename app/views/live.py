@@ -113,6 +113,7 @@ def live_view() -> None:
         lang=lang,
         projector=ctx.projector,
         names=ctx.charts,
+        presenter=ctx.presenter,
     )
     if ctx.chart == "all":
         st.divider()
