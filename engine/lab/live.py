@@ -14,9 +14,12 @@ A ``[[live]]`` entry: ``name`` (the setting as the lesson's steps name it), opti
 fields (``policy``, ``max_slots``, ...) and optional ``traffic = {rate = ...}``.
 
 A ``[[live_check]]`` entry is a claim the class should see on the page: ``metric`` (a headline
-key), settings ``a`` and ``b`` (their names), ``op`` (``>``: b shows more than a; ``<``: less),
-``claim_en``/``claim_pt``. ``--live --check`` visits the settings ``runs`` times (3) and holds
-each claim's direction in every run; the teacher notes show the ratio's min-max over the runs.
+key), settings ``a`` and ``b`` (their names, the same one allowed), ``op`` (``>``: b shows more
+than a; ``<``: less), optional ``over_metric`` (a's figure is that metric: lesson 0's TTFT over
+its ITL in one setting), ``claim_en``/``claim_pt``. ``--live --check`` visits the settings
+``runs`` times (3) and holds each claim's direction in every run; the teacher notes show the
+ratio's min-max over the runs. A lesson whose claim the page cannot show says why in
+``[live_none]`` (``en``/``pt``).
 """
 
 from __future__ import annotations
@@ -168,7 +171,11 @@ def live_claims(scenario: dict) -> list[dict[str, Any]]:
     names = {s["name"] for s in settings(scenario)}
     out = []
     for c in scenario.get("live_check") or []:
-        if c.get("metric") not in HEADLINE or c.get("op") not in OPS:
+        if (
+            c.get("metric") not in HEADLINE
+            or c.get("over_metric", c.get("metric")) not in HEADLINE
+            or c.get("op") not in OPS
+        ):
             raise ValueError(f"live_check {c!r}: metric one of {HEADLINE}, op one of {tuple(OPS)}")
         if c.get("a") not in names or c.get("b") not in names:
             raise ValueError(f"live_check {c!r}: a and b must name [[live]] settings {names}")
@@ -184,7 +191,8 @@ def check(scenario: dict, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ratios = []
         for run in runs:
             by = {r["name"]: r["summary"] for r in run["rows"]}
-            a, b = by[c["a"]].get(c["metric"]), by[c["b"]].get(c["metric"])
+            a = by[c["a"]].get(c.get("over_metric", c["metric"]))
+            b = by[c["b"]].get(c["metric"])
             ratios.append(b / a if a and b is not None else float("nan"))
         ok = bool(ratios) and all(OPS[c["op"]](r) for r in ratios)  # a NaN run fails
         out.append({**c, "ratios": ratios, "min": min(ratios), "max": max(ratios), "ok": ok})
@@ -199,7 +207,10 @@ def checks_markdown(checks: list[dict[str, Any]], lang: str) -> str:
         lo, hi = (_cell(v, 1, 2, "", lang) for v in (c["min"], c["max"]))
         held = ("sim" if c["ok"] else "não") if lang == "pt-BR" else ("yes" if c["ok"] else "no")
         runs = len(c["ratios"])
-        lines.append(f"- {text}: {c['b']} / {c['a']} = {lo}-{hi}x ({runs} runs; held: {held})")
+        b, a = c["b"], c["a"]
+        if "over_metric" in c:  # two figures of the page's headline, maybe of one setting
+            b, a = f"{b}: {c['metric']}", f"{a}: {c['over_metric']}"
+        lines.append(f"- {text}: {b} / {a} = {lo}-{hi}x ({runs} runs; held: {held})")
     return "\n".join(lines)
 
 

@@ -83,5 +83,32 @@ def test_a_live_claim_must_name_the_lessons_settings() -> None:
     }
     with pytest.raises(ValueError, match="must name"):
         live.live_claims(bad)
-    for path in (lesson_dir(n) for n in range(11)):
+    for path in (lesson_dir(n) for n in range(12)):
         live.live_claims(load(path / "scenario.toml"))  # every lesson's claims are well formed
+
+
+def test_every_lesson_carries_a_claim_on_the_live_page_or_says_why_not() -> None:
+    """Each lesson's Live steps hold at least one [[live_check]], or its [live_none] says why the
+    page cannot show the claim, and the student texts say so too."""
+    for path in (lesson_dir(n) for n in range(12)):
+        sc = load(path / "scenario.toml")
+        if live.live_claims(sc):
+            continue
+        why = sc.get("live_none")
+        assert why and why["en"] and why["pt"], f"{path.name}: no [[live_check]] and no [live_none]"
+        assert "replay" in (path / "en.md").read_text(), path.name
+
+
+def test_a_live_claim_may_set_two_figures_of_one_setting() -> None:
+    scenario = {
+        "live": [{"name": "one"}],
+        "live_check": [
+            {"metric": "ttft_p50", "over_metric": "itl_p50", "a": "one", "b": "one", "op": ">"}
+        ],
+    }
+    run = {"rows": [{"name": "one", "summary": {"ttft_p50": 0.2, "itl_p50": 0.01}}]}
+    (held,) = live.check(scenario, [run])
+    assert held["ok"] and abs(held["min"] - 20.0) < 1e-9
+    run["rows"][0]["summary"]["ttft_p50"] = 0.005  # a first token cheaper than the next: fails
+    assert not live.check(scenario, [run])[0]["ok"]
+    assert "one: ttft_p50 / one: itl_p50" in live.checks_markdown([held], "en")
