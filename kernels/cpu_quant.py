@@ -44,7 +44,11 @@ The C++ sources (``cpu_quant.cpp``, ``cpu_quant_int8.cpp``, ``cpu_quant_tile.cpp
 cache (about 3 s) and called through ctypes with raw pointers; OpenMP splits the output rows over
 torch's own thread count (the .so links ``libgomp.so.1``, which resolves to the copy torch
 already loaded: one thread pool).
-``available()`` is False where there is no compiler or no AVX2/FMA/F16C; callers then fall back.
+One source builds for x86-64 (AVX2 + FMA + F16C; AVX-512 VNNI) and ARM64 (NEON + the dot-product
+extension: Apple Silicon), bit-identical results either way (``cpu_quant_build.BUILDS``); without
+OpenMP (Apple clang without libomp) the same build runs on one thread. ``available()`` is False
+where no build runs (no compiler, no such CPU, ``FLUXO_KERNELS=fp32``); ``unavailable_reason()``
+and ``unavailable_code()`` say why, and callers fall back to fp32.
 
 Chosen by measurement against oneDNN fp32 and torch's int8/int4 packed matmuls (2026-11-30,
 ``python -m kernels.cpu_quant``; the table and its reading: docs/benchmarks.md, "Choosing the CPU
@@ -70,30 +74,47 @@ Q8_0_BYTES = 34  # fp16 d, 32 int8 values
 
 _lib: ctypes.CDLL | None = None
 _error: str | None = None
+_error_code: str | None = None
 _lock = threading.Lock()
+Unavailable = cpu_quant_build.KernelsUnavailable
 
 
 def _load() -> ctypes.CDLL:
     """Compile (once per source version and build) and load the working tree's kernels, the build
-    this CPU runs best (``cpu_quant_build.choose_build``); raises with the reason."""
+    this CPU runs best (``cpu_quant_build.choose_build``); raises ``Unavailable`` with the
+    reason."""
+    forced = os.environ.get("FLUXO_KERNELS", "").strip()
     try:
         build = cpu_quant_build.choose_build()
     except ValueError as exc:
-        raise RuntimeError(str(exc)) from None
+        raise Unavailable("unknown_build", str(exc)) from None
     if build is None:
-        forced = os.environ.get("FLUXO_KERNELS", "").strip() == "fp32"
-        raise RuntimeError(
-            "FLUXO_KERNELS=fp32 asks for no kernels"
-            if forced
-            else f"no kernel build for this CPU ({cpu_quant_build.cpu_ok()})"
-        )
-    return cpu_quant_build.load(build=build)
+        if forced == "fp32":
+            raise Unavailable("forced_fp32", "FLUXO_KERNELS=fp32 asks for no kernels")
+        why = cpu_quant_build.why_no_build()
+        raise Unavailable("cpu_lacks", f"no kernel build for this CPU ({why})")
+    try:
+        return cpu_quant_build.load(build=build)
+    except Unavailable as exc:
+        if forced:  # say that the build was forced: the CPU's best one might have run
+            raise Unavailable(exc.code, f"FLUXO_KERNELS={forced}: {exc}") from None
+        raise
 
 
 def build_name() -> str | None:
-    """Which build serves (``avx2``, ``avx512vnni``), or None where the kernels are unavailable."""
+    """Which build serves (``avx2``, ``avx512vnni``, ``neon``), or None where the kernels are
+    unavailable."""
     lib = library()
     return getattr(lib, "fluxo_build", None) if lib is not None else None
+
+
+def build_note() -> str | None:
+    """What to know about the build that serves, or None: "built without OpenMP: 1 thread" where
+    the compiler had none (Apple clang without libomp)."""
+    lib = library()
+    if lib is not None and not getattr(lib, "fluxo_threads_ok", True):
+        return "built without OpenMP: 1 thread"
+    return None
 
 
 @contextlib.contextmanager
@@ -111,13 +132,14 @@ def using(lib: ctypes.CDLL) -> Iterator[None]:
 
 def library() -> ctypes.CDLL | None:
     """The compiled kernels, or None (``unavailable_reason()`` says why)."""
-    global _lib, _error
+    global _lib, _error, _error_code
     with _lock:
         if _lib is None and _error is None:
             try:
                 _lib = _load()
             except (RuntimeError, OSError) as e:
                 _error = str(e)
+                _error_code = getattr(e, "code", "load_failed")
         return _lib
 
 
@@ -128,6 +150,13 @@ def available() -> bool:
 def unavailable_reason() -> str | None:
     library()
     return _error
+
+
+def unavailable_code() -> str | None:
+    """``unavailable_reason()``'s stable code (``cpu_quant_build.KernelsUnavailable``), or
+    ``load_failed`` (the library would not load), or None."""
+    library()
+    return _error_code
 
 
 BYTES = {"q4_1": Q4_1_BYTES, "q8_0": Q8_0_BYTES}
