@@ -24,6 +24,7 @@ Where it cannot be built (no compiler, no AVX2), the forward falls back to ``fp3
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ from engine.core.gguf_blocks import (  # noqa: F401  re-exported: tests use quan
     gguf_blocks,
 )
 from kernels import cpu_quant
+
+log = logging.getLogger("fluxo.engine")
+_SAID: set[tuple[str, str | None]] = set()  # (weights, reason) fallbacks logged already
 
 WEIGHTS = ("fp32", "q4", "q8")
 QK = cpu_quant.QK
@@ -213,10 +217,10 @@ def build(hf_model, weights: str) -> QuantModel | None:
     if weights == "fp32" or p.device.type != "cpu" or p.dtype != torch.float32:
         return None
     if not cpu_quant.available():
-        warnings.warn(
-            f"weights={weights!r} unavailable ({cpu_quant.unavailable_reason()}); using fp32",
-            stacklevel=2,
-        )
+        why = cpu_quant.unavailable_reason()
+        if (weights, why) not in _SAID:  # once a process: benchmarks and lessons build many
+            _SAID.add((weights, why))
+            log.warning("weights=%s unavailable, serving fp32: %s", weights, why)
         return None
     # Engines sharing one loaded model (benchmarks, lesson runs) share its quantized copy too.
     built = hf_model.__dict__.setdefault("_fluxo_quant", {})
