@@ -133,6 +133,8 @@ def _sidebar_engine(c: EngineClient, w: dict[str, str]) -> None:
             )
         )
         kernels = c.state.get("kernels") or "—"
+        if c.state.get("kernels_reason"):  # why fp32 serves, or a note on the build that serves
+            kernels += f" ({c.state['kernels_reason']})"
         st.caption(w["weights_line"].format(weights=c.state.get("weights", "?"), kernels=kernels))
     _sidebar_browser(w)
     if exposed() and not os.environ.get("FLUXO_TOKEN"):
