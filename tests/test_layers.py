@@ -1,6 +1,7 @@
 """The package layers (docs/architecture.md): the engine core imports no other layer, the server
 never imports the lab, workloads stand on the core alone, and no module imports itself back
-through any chain of imports (function-level imports included)."""
+through any chain of imports (function-level imports included; an ``if TYPE_CHECKING:`` import
+is a type's name, not an import that runs, so it counts for the layers but not for cycles)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,28 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
 
 
-def imports(path: Path, known: set[str]) -> set[str]:
-    """Every first-party module ``path`` imports, at any depth of the file."""
+def type_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under an ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        test = getattr(node, "test", None)
+        if isinstance(node, ast.If) and (
+            (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        ):
+            out.update(id(n) for child in node.body for n in ast.walk(child))
+    return out
+
+
+def imports(path: Path, known: set[str], runtime_only: bool = False) -> set[str]:
+    """Every first-party module ``path`` imports, at any depth of the file (``runtime_only``:
+    leaving out the type-only imports under ``if TYPE_CHECKING:``)."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    skip = type_only(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -64,11 +83,11 @@ def layer(name: str) -> str:
     raise AssertionError(f"{name} belongs to no layer")
 
 
-def graph() -> dict[str, set[str]]:
+def graph(runtime_only: bool = False) -> dict[str, set[str]]:
     mods = modules()
     known = set(mods)
     return {
-        m: {d for d in imports(p, known) if d != m and not m.startswith(d + ".")}
+        m: {d for d in imports(p, known, runtime_only) if d != m and not m.startswith(d + ".")}
         for m, p in mods.items()
     }
 
@@ -87,7 +106,7 @@ def test_every_import_respects_the_layers():
 
 
 def test_no_import_cycles():
-    g = graph()
+    g = graph(runtime_only=True)
     index, low, stack, on, cycles = {}, {}, [], set(), []
 
     def visit(v: str) -> None:  # Tarjan's strongly connected components
@@ -123,5 +142,8 @@ def test_the_layering_test_sees_a_forbidden_import(tmp_path):
     fake.write_text("def f():\n    from engine.server import protocol\n")
     known = set(modules())
     assert "engine.server.protocol" in imports(fake, known)
+    fake.write_text("if TYPE_CHECKING:\n    from engine.server import protocol\n")
+    assert "engine.server.protocol" in imports(fake, known)  # a layer is a layer, types too
+    assert "engine.server.protocol" not in imports(fake, known, runtime_only=True)
     fake.write_text("from engine import scenario\n")  # a module that moved into engine.lab
     assert "missing:engine.scenario" in imports(fake, known)

@@ -26,7 +26,7 @@ class Coded(FluxoError):
 
 
 class Stream:
-    """What ``Server.submit_for`` delivers to: the protocol's token/done/error messages, queued on
+    """What ``Server.open_request`` delivers to: the protocol's token/done/error messages, queued on
     the server's loop (``open`` and ``closed`` are what the server's delivery reads)."""
 
     __slots__ = ("open", "closed", "queue")

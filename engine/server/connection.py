@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from websockets.asyncio.server import ServerConnection
 
@@ -193,13 +193,22 @@ class Connection:
             asyncio.ensure_future(self.ws.close(1008, "too many bad messages"))
 
 
-def deliver(conn: Any, seq: Sequence, event: Event) -> None:
-    """An engine event to its client (a websocket ``Connection`` or an HTTP generation: anything
-    with ``open``, ``closed`` and ``send``), as the protocol's token/done/error message."""
-    entry = conn.open.get(seq.id)
+class Client(Protocol):
+    """What a request's answer is delivered to: a websocket ``Connection`` or an HTTP
+    ``completions.Stream``. ``open``: request id -> ``{"ref", "n", "seq"}`` while it runs."""
+
+    open: dict[int, dict[str, Any]]
+    closed: bool
+
+    def send(self, msg: dict) -> None: ...
+
+
+def deliver(conn: Client, event: Event) -> None:
+    """An engine event to its client, as the protocol's token/done/error message."""
+    entry = conn.open.get(event.request)
     if entry is None or conn.closed:
         return
-    ref = entry["ref"]
+    ref, seq = entry["ref"], entry["seq"]
     if event.kind == "token":
         if entry.get("pos"):  # told it was waiting: say it was admitted before its first token
             entry["pos"] = 0  # (the periodic queue report can miss a request that runs quickly)

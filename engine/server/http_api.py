@@ -9,7 +9,7 @@ Two ports, one set of answers:
   of this module: everything above plus ``POST /v1/chat/completions`` and ``POST /v1/completions``,
   JSON or server-sent events, keep-alive, ``Expect: 100-continue``, CORS for browser front ends.
 
-A completion goes through ``Server.submit_for``: the same engine, the same queue limit, the same
+A completion goes through ``Server.open_request``: the same engine, the same queue limit, the same
 per-burst hand-off of token events and the same telemetry as a websocket chat; its requests are
 tagged ``http:<alias>`` in the records (a short stable alias of the peer address, never the
 address), and the per-address limits of ``Server.admit`` apply (open requests, requests/s, the
@@ -31,7 +31,7 @@ import logging
 import time
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from websockets.datastructures import Headers
@@ -59,6 +59,9 @@ from engine.server.openai_shapes import (
 )
 
 __all__ = ["STATUS", "HttpApi", "StopCutter"]
+if TYPE_CHECKING:  # types only: server.py imports this module
+    from engine.server.server import Server
+
 log = logging.getLogger("fluxo.http")
 
 MAX_CONNECTIONS = 1024
@@ -76,12 +79,12 @@ class HttpApi:
     """Created by ``Server.serve``; owns the metrics listener, the sibling HTTP server and the
     answers the websocket port gives to plain GETs."""
 
-    def __init__(self, server) -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.engine = server.engine
         self.limits = server.limits
         self.model_id = server.model_name
-        self.model_ids = {server.model_name, *getattr(server, "model_aliases", ())}
+        self.model_ids = {server.model_name, *server.model_aliases}
         self.created = int(time.time())
         self.metrics = prom.Metrics(self.engine, self.model_id, extra=self._gauges)
         self.peers: guard.Peers = server.peers
@@ -341,26 +344,24 @@ class HttpApi:
         key = guard.peer_key(conn.ip, req.headers.get("x-forwarded-for"))
         peer = self.peers.get(key)
         presenter = self._bearer_presents(req)
-        self.server.admit(peer, presenter or peer.own, presenter)
         tag = f"http:{self.peers.alias(key)}"
+        stream = Stream()
+        handle = self.server.open_request(
+            stream,
+            tag,
+            peer,
+            exempt=presenter or peer.own,
+            presenter=presenter,
+            token_ids=token_ids,
+            max_new_tokens=max_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            ignore_eos=args.ignore_eos,
+        )
         if key not in self._named and not peer.own:
             self._named.add(key)  # the presenter's terminal alone learns who an alias is
             log.info("HTTP client %s is %s in the records", key, tag)
-        stream = Stream()
-        try:
-            handle = self.server.submit_for(
-                stream,
-                tag,
-                token_ids=token_ids,
-                max_new_tokens=max_tokens,
-                temperature=args.temperature,
-                top_p=args.top_p,
-                seed=args.seed,
-                ignore_eos=args.ignore_eos,
-            )
-        except BaseException:
-            peer.open -= 1
-            raise
         gen = Generation(self.engine, stream, handle.id, args, len(token_ids))
         self.in_flight += 1
         watcher = asyncio.create_task(conn.watch(stream))

@@ -15,6 +15,7 @@ own origins); each connection is counted under its address (``guard.Peers``), wh
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import threading
@@ -30,9 +31,10 @@ from engine.core.cuda_exec import device_name
 from engine.core.engine import Engine
 from engine.core.errors import FluxoError
 from engine.core.metrics import summarize_window
-from engine.core.sequence import Sequence
+from engine.core.requests import RequestHandle
+from engine.core.sequence import Event
 from engine.server import guard, http_api, protocol
-from engine.server.connection import Comparison, Connection, Limits, deliver
+from engine.server.connection import Client, Comparison, Connection, Limits, deliver
 from engine.server.guard import Origins, Peers
 from engine.server.presenter import PresenterMessages
 from engine.server.protocol import dumps
@@ -381,22 +383,39 @@ class Server(ViewerMessages, PresenterMessages):
                 conn.send_latest("metrics", metrics)
                 conn.send_latest("state", dumps(self.state(conn)))
 
-    def submit_for(self, client: Any, client_id: str, **submit: Any):
-        """Submit a request for a client that is not a websocket (the HTTP API): the queue limit,
-        the
-        engine and the per-burst hand-off are the chat's; ``client`` (``open``, ``closed``,
-        ``send``)
-        receives the protocol's token/done/error messages on the loop."""
-        self.check_queue()
-        holder: list[Sequence] = []
-        handle = self.engine.submit(
-            client=client_id,
-            sink=lambda ev: self._from_engine(("event", client, holder[0], ev)),
-            **submit,
-        )
-        holder.append(handle.seq)
-        client.open[handle.id] = {"ref": None, "n": 0}
+    def open_request(
+        self,
+        client: Client,
+        client_id: str,
+        peer: guard.Peer,
+        *,
+        exempt: bool,
+        presenter: bool,
+        own_open: int | None = None,
+        own_bucket: protocol.TokenBucket | None = None,
+        ref: str | None = None,
+        **submit: Any,
+    ) -> RequestHandle:
+        """The one way a chat enters the engine, from a websocket or the HTTP API: the address's
+        limits (``admit``), then ``Engine.submit`` with ``client``'s delivery. ``client`` (a
+        ``Connection`` or an HTTP ``Stream``: ``open``, ``closed``, ``send``) receives the
+        protocol's token/done/error messages on the loop, one burst per hand-off. The address's
+        open request is given back at once if the engine refuses the request, else when its
+        answer ends (``deliver`` for a websocket, the HTTP handler's ``finally``)."""
+        self.admit(peer, exempt, presenter, own_open, own_bucket)
+        try:
+            handle = self.engine.submit(
+                client=client_id, sink=functools.partial(self._event_for, client), **submit
+            )
+        except BaseException:
+            peer.open -= 1
+            raise
+        client.open[handle.id] = {"ref": ref, "n": 0, "seq": handle.seq}
         return handle
+
+    def _event_for(self, client: Client, event: Event) -> None:
+        """A request's engine event (on the engine thread), handed to the loop for ``client``."""
+        self._from_engine(("event", client, event))
 
     # -- per-address admission ------------------------------------------------------------------
     def check_queue(self) -> None:

@@ -8,38 +8,57 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import UnknownRequest
-from engine.core.sequence import Sequence
 from engine.server import protocol
-from engine.server.connection import Connection
+from engine.server.connection import Connection, Limits
+
+if TYPE_CHECKING:  # types only
+    from engine.core.engine import Engine
+    from engine.core.requests import RequestHandle
+    from engine.server.guard import Peer, Peers
 
 
 class ViewerMessages:
+    # What this mixin reads of ``Server`` (engine/server/server.py sets them all in __init__).
+    engine: Engine
+    limits: Limits
+    peers: Peers
+    conns: set[Connection]
+    token: str | None
+    _exports: dict[str, tuple[tuple, asyncio.Future]]
+    if TYPE_CHECKING:  # and the Server methods it calls
+        loopback: bool
+        open_request: Callable[..., RequestHandle]
+        state: Callable[..., dict[str, Any]]
+        broadcast_state_soon: Callable[[], None]
+        _presents: Callable[[Peer, str], bool]
+
     # -- viewer messages ---------------------------------------------------------------------------
     async def _on_chat(self, conn: Connection, msg: dict) -> None:
         args = protocol.chat_args(msg, self.engine.config.max_new_tokens_limit)
         # an exempt client is held to its connection's own limits; a student to its address's
-        self.admit(conn.peer, conn.exempt, conn.presenter, len(conn.open), conn.bucket)
-        holder: list[Sequence] = []
-        try:
-            handle = self.engine.submit(
-                messages=args.messages,
-                prompt=args.prompt,
-                max_new_tokens=args.max_tokens,
-                temperature=args.temperature,
-                top_p=args.top_p,
-                seed=args.seed,
-                client=conn.id,
-                ignore_eos=args.ignore_eos,
-                sink=lambda ev: self._from_engine(("event", conn, holder[0], ev)),
-            )
-        except BaseException:
-            conn.peer.open -= 1
-            raise
-        holder.append(handle.seq)
+        handle = self.open_request(
+            conn,
+            conn.id,
+            conn.peer,
+            exempt=conn.exempt,
+            presenter=conn.presenter,
+            own_open=len(conn.open),
+            own_bucket=conn.bucket,
+            ref=args.ref,
+            messages=args.messages,
+            prompt=args.prompt,
+            max_new_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            ignore_eos=args.ignore_eos,
+        )
         pos = self.engine.queue_positions().get(handle.id)
-        conn.open[handle.id] = {"ref": args.ref, "n": 0, "pos": pos}
+        conn.open[handle.id]["pos"] = pos
         conn.send(
             {
                 "type": "accepted",
