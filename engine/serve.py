@@ -22,7 +22,7 @@ from engine.core.config import DTYPES, KV_LAYOUTS, POLICIES, RUNNERS, EngineConf
 from engine.core.engine import Engine
 from engine.core.errors import FluxoError
 from engine.core.policy import registry as policy
-from engine.lab import scenario
+from engine.lab import trace_compare
 from engine.server.server import Comparison, Limits, Origins, Server
 
 SMOLLM2_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what vLLM-style clients send as model
@@ -261,9 +261,10 @@ def _server(args: argparse.Namespace, engine: Engine, token, limits: Limits, htt
         model_name=served,
         http_port=http_port,
         # the replays run on the live engine's weights: what the class sees is what they measure
+        # (and a request trace: the shipped one or the live engine's own, engine/lab/trace_compare)
         comparison=Comparison(
-            functools.partial(scenario.compare, weights=engine.config.weights),
-            tuple(scenario.WORKLOADS),
+            functools.partial(trace_compare.compare, weights=engine.config.weights, engine=engine),
+            trace_compare.WORKLOADS,
         ),
         origins=Origins.build(args.host, page_ports, allow, cors_any=args.cors_any_origin),
         model_aliases=(SMOLLM2_HF_ID,) if args.model == "smollm2" else (),
