@@ -32,11 +32,87 @@ PRESETS = {
 }
 
 
+SCORE_KEYS = (
+    "goodput_rps",
+    "goodput_rps_without_heaviest",
+    "fairness",
+    "throughput",
+    "ttft_p50",
+    "ttft_p99",
+    "itl_p50",
+    "itl_p99",
+    "preemptions",
+    "policy_errors",
+    "steps",
+)
+TRACES = {"trace:class": "trace_class", "trace:live": "trace_live"}
+
+
 def run_live() -> dict | None:
-    """The presets, run on the engine (a fresh engine per side, the live one held meanwhile)."""
+    """A preset or policies on a trace, run on the engine (a fresh engine per side, the live one
+    held meanwhile)."""
     c, presenter = ctx.c, ctx.presenter
     if c.snapshot(steps=0).state.get("comparing"):
         st.warning(w["cmp_held"], icon=":material/hourglass_top:")
+    mode = st.radio(
+        w["cmp_mode"],
+        ("presets", "trace"),
+        horizontal=True,
+        key="cmp_mode",
+        format_func=lambda m: w["cmp_mode_" + m],
+    )
+    request = run_presets(presenter) if mode == "presets" else run_trace(c, presenter)
+    if request is not None and presenter:
+        with st.spinner(w["cmp_wait"]):
+            answer = ui.send(c, "compare", timeout=600, **request)
+        if answer is not None:
+            st.session_state["cmp_result"] = answer
+        st.rerun()
+    return st.session_state.get("cmp_result")
+
+
+def run_trace(c, presenter: bool) -> dict | None:
+    """Two policies (the engine's: built-ins and loaded ones) scored on a request trace."""
+    names, label = ui.policy_choices(c.snapshot(steps=0).state.get("policies"), None, w)
+    t1, t2, t3, t4 = st.columns([2, 1, 1, 1])
+    which = t1.radio(
+        w["cmp_trace"], list(TRACES), key="cmp_trace", format_func=lambda t: w[TRACES[t]]
+    )
+    loaded = [n for n in names if n not in ui.CHOICES["policy"]]
+    pa = t2.selectbox(
+        w["cmp_policy_a"],
+        names,
+        names.index((loaded or ["continuous"])[0]),
+        format_func=label,
+        key="cmp_pa",
+        disabled=not presenter,
+    )
+    pb = t3.selectbox(
+        w["cmp_policy_b"],
+        names,
+        names.index("continuous"),
+        format_func=label,
+        key="cmp_pb",
+        disabled=not presenter,
+    )
+    scale = t4.slider(
+        w["cmp_scale"],
+        0.05,
+        1.0,
+        0.25,
+        0.05,
+        key="cmp_tscale",
+        disabled=not presenter,
+        help=w["cmp_scale_help"],
+    )
+    st.caption(w["cmp_trace_line"].format(t=w[TRACES[which]], a=label(pa), b=label(pb)))
+    if not st.button(w["cmp_trace_run"], key="cmp_trun", type="primary", disabled=not presenter):
+        return None
+    return dict(workload=which, a={"policy": pa}, b={"policy": pb}, scale=scale)
+
+
+def run_presets(presenter: bool) -> dict | None:
+    """The lessons' workloads under two configurations."""
     p1, p2 = st.columns([2, 1])
     preset = p1.radio(
         w["cmp_what"], list(PRESETS), horizontal=True, key="cmp_preset", disabled=not presenter
@@ -55,15 +131,36 @@ def run_live() -> dict | None:
     st.caption(
         w["cmp_line"].format(w=workload, a=i18n.settings(a_cfg, lang), b=i18n.settings(b_cfg, lang))
     )
-    if st.button(w["cmp_run"], key="cmp_run", type="primary", disabled=not presenter) and presenter:
-        with st.spinner(w["cmp_wait"]):
-            answer = ui.send(
-                c, "compare", timeout=600, workload=workload, a=a_cfg, b=b_cfg, scale=scale
-            )
-        if answer is not None:
-            st.session_state["cmp_result"] = answer
-        st.rerun()
-    return st.session_state.get("cmp_result")
+    if not st.button(w["cmp_run"], key="cmp_run", type="primary", disabled=not presenter):
+        return None
+    return dict(workload=workload, a=a_cfg, b=b_cfg, scale=scale)
+
+
+def show_score(result: dict) -> None:
+    """A comparison on a trace: the scorer's table (engine/lab/score.py), A and B, and B/A."""
+    about = result.get("trace", {})
+    targets = about.get("targets", {})
+    st.markdown(f"**{w['score_title']}**")
+    rows = {}
+    for k in SCORE_KEYS:
+        a, b = (result[s]["score"].get(k) for s in ("a", "b"))
+        ratio = result.get("score_ratios", {}).get(f"{k}_b_over_a")
+        rows[w.get("k_" + k, k)] = {
+            "a": i18n.metric(k, a, lang),
+            "b": i18n.metric(k, b, lang),
+            "r": i18n.metric(f"{k}_b_over_a", ratio, lang),
+        }
+    df = pd.DataFrame(rows).T
+    df.columns = [f"A: {differs(result, 'a')}", f"B: {differs(result, 'b')}", "B/A"]
+    df.index.name = w["metric"]
+    st.dataframe(df, width="stretch", height=38 + 35 * len(df))
+    st.caption(
+        w["score_caption"].format(
+            n=i18n.num(about.get("requests"), 0, lang),
+            ttft=i18n.num(targets.get("ttft_s"), 1, lang),
+            itl=i18n.num(targets.get("itl_p99_s"), 2, lang),
+        )
+    )
 
 
 def from_recording() -> dict | None:
@@ -135,8 +232,11 @@ if not result:
         st.info(w["cmp_pick"])
     state.write_url()
     st.stop()
-show_ratios(result.get("ratios", {}))
-st.dataframe(table(result), width="stretch")
+if "score" in result.get("a", {}):  # policies on a trace
+    show_score(result)
+else:
+    show_ratios(result.get("ratios", {}))
+    st.dataframe(table(result), width="stretch")
 same = {k: v for k, v in result["a"]["config"].items() if result["b"]["config"].get(k) == v}
 st.caption(f"A, B: {ui.plain(i18n.settings(same, lang))}")  # a recording's config: text only
 left, right = st.columns(2, gap="large")

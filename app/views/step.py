@@ -6,7 +6,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app import browser_view, charts, i18n, state, ui
+from app import browser_view, charts, i18n, policy_notes, state, ui
 
 ctx = ui.page_setup("step_title", "step_caption")
 w, lang = ctx.w, ctx.lang
@@ -130,9 +130,14 @@ def what_happened(rec: dict, requests: list[dict]) -> None:
     cached = {
         int(k): v for k, v in (rec.get("admitted_cached") or {}).items()
     }  # JSON keys are strings
+    if policy_notes.loaded(rec):  # a policy of the class's: which hook decided what
+        st.markdown(w["decided_head"].format(policy=ui.plain(rec["policy"])))
+        for level, line in policy_notes.notes(rec, w):
+            getattr(st, level)(line)
+    why = policy_notes.admitted_why(rec, w)
     for rid in rec["admitted"]:
         cheap = w["cached_note"].format(n=cached[rid]) if cached.get(rid) else ""
-        st.success(w["admitted"].format(rid=rid, why=w.get("why_" + rec["policy"], "") + cheap))
+        st.success(w["admitted"].format(rid=rid, why=why + cheap))
     for rid in rec["finished"]:
         r = by_id.get(rid, {})
         why = r.get("status", "ended")
@@ -144,8 +149,10 @@ def what_happened(rec: dict, requests: list[dict]) -> None:
             why = f"{why}: {ui.plain(r['error'])}"
         st.info(w["ended"].format(rid=rid, why=why))
     for rid in rec["preempted"]:
-        st.warning(w["preempted"].format(rid=rid))
+        st.warning(policy_notes.preempted_line(rec, rid, w))
     for ev in rec["events"]:
+        if ev.get("kind") == "policy_error":
+            continue  # said above, with its hook
         kind, changes = ui.plain(ev.get("kind")), ui.plain(ev.get("changes", ""))
         st.caption(w["event"].format(kind=kind, changes=changes))
     if not (rec["admitted"] or rec["finished"] or rec["preempted"]):
