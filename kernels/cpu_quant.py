@@ -143,6 +143,17 @@ def library() -> ctypes.CDLL | None:
         return _lib
 
 
+def serving(weights: str, asked: str, device: str) -> tuple[str | None, str | None]:
+    """The build serving ``weights`` (avx2, avx512vnni, neon; None on fp32) and what the page says
+    beside it: a note on that build (built without OpenMP), or why ``asked`` q4/q8 is served as
+    fp32 on the CPU (the kernels' own reason), else None."""
+    if weights != "fp32":
+        return build_name(), build_note()
+    if asked != "fp32" and device == "cpu":
+        return None, unavailable_reason() or "the model is not an fp32 CPU model"
+    return None, None
+
+
 def available() -> bool:
     return library() is not None
 

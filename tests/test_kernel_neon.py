@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from kernels import cpu_features as cf
 from kernels import cpu_quant_build as cb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,28 +145,28 @@ hw.optional.arm64: 0
 
 
 def test_cpu_flags_are_read_from_aarch64_cpuinfo_and_macos_sysctl():
-    g2 = cb.parse_cpuinfo(GRAVITON2)
+    g2 = cf.parse_cpuinfo(GRAVITON2)
     assert {"asimd", "asimddp", "asimdhp"} <= g2 and "i8mm" not in g2  # the first processor's
     assert cb.cpu_ok("neon", g2, "arm64") is None
-    assert cb.cpu_ok("neon", cb.parse_cpuinfo(PI4), "arm64") == "CPU lacks asimddp"
+    assert cb.cpu_ok("neon", cf.parse_cpuinfo(PI4), "arm64") == "CPU lacks asimddp"
     assert cb.cpu_ok("avx2", g2, "arm64") == "the avx2 build needs an x86_64 CPU; this one is arm64"
-    assert cb.parse_cpuinfo("processor : 0\nflags : fpu avx2 fma\n") == {"fpu", "avx2", "fma"}
-    assert cb.parse_cpuinfo("no such lines\n") is None
+    assert cf.parse_cpuinfo("processor : 0\nflags : fpu avx2 fma\n") == {"fpu", "avx2", "fma"}
+    assert cf.parse_cpuinfo("no such lines\n") is None
 
-    assert cb.parse_sysctl(M1_SYSCTL) == {"asimd", "asimddp", "asimdhp"}  # I8MM: 0 is absent
-    assert cb.parse_sysctl(BIG_SUR_SYSCTL) == {"asimd", "asimddp"}  # no FEAT_ names yet
-    assert cb.parse_sysctl(INTEL_MAC_SYSCTL) == {"fma", "f16c", "avx2"}
-    assert cb.parse_sysctl("") is None
-    assert cb.machine_arch("aarch64") == cb.machine_arch("arm64") == "arm64"
-    assert cb.machine_arch("AMD64") == "x86_64"
+    assert cf.parse_sysctl(M1_SYSCTL) == {"asimd", "asimddp", "asimdhp"}  # I8MM: 0 is absent
+    assert cf.parse_sysctl(BIG_SUR_SYSCTL) == {"asimd", "asimddp"}  # no FEAT_ names yet
+    assert cf.parse_sysctl(INTEL_MAC_SYSCTL) == {"fma", "f16c", "avx2"}
+    assert cf.parse_sysctl("") is None
+    assert cf.machine_arch("aarch64") == cf.machine_arch("arm64") == "arm64"
+    assert cf.machine_arch("AMD64") == "x86_64"
 
 
 @pytest.mark.parametrize(
     ("arch", "flags", "chosen"),
     [
-        ("arm64", cb.parse_sysctl(M1_SYSCTL), "neon"),
-        ("arm64", cb.parse_cpuinfo(PI4), None),
-        ("x86_64", cb.parse_sysctl(INTEL_MAC_SYSCTL), "avx2"),
+        ("arm64", cf.parse_sysctl(M1_SYSCTL), "neon"),
+        ("arm64", cf.parse_cpuinfo(PI4), None),
+        ("x86_64", cf.parse_sysctl(INTEL_MAC_SYSCTL), "avx2"),
     ],
 )
 def test_choose_build_picks_what_the_cpu_runs(monkeypatch, arch, flags, chosen):

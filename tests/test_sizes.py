@@ -26,6 +26,8 @@ ALLOWED: dict[str, str] = {
     "that applies them (a recording is data from a stranger, checked in one place)",
     "app/recording.py:_check_step": "a step record's fields, in the order of the contract",
     "app/ui.py": "what every page shares: roles, the sidebar, mode toggles and exports",
+    "kernels/cpu_quant.py": "the kernels' Python face: one function per C entry point, each "
+    "with its shape checks, beside the older builds' decode step that A/B timings still call",
     "app/views/step.py:engine_controls": "the presenter's pause / step / resume row",
     "engine/server/server.py": "the websocket server: connections, roles, origins and limits "
     "meet at the handshake, and the engine-thread hand-off lives beside them",

@@ -144,26 +144,13 @@ class Engine:
         return {"blocks_total": self.blocks.budget, "blocks_used": self.blocks.num_used}
 
     def execution(self) -> dict[str, object]:
-        """How steps execute: ``cuda_graphs``, the CPU ``weights`` and ``kernels`` build,
-        ``kernels_reason`` (why q4/q8 was asked for and fp32 serves: the kernels' own reason; or a
-        note on the build that serves, e.g. built without OpenMP; else None), and the
-        ``policies`` a ``control`` may name (built-ins, then those loaded at start)."""
+        """How steps execute: ``cuda_graphs``, CPU ``weights``, ``kernels`` and ``kernels_reason``
+        (``cpu_quant.serving``), and the ``policies`` a ``control`` may name (built-ins first)."""
         weights = getattr(getattr(self.runner, "forward_impl", None), "weights", "fp32")
+        kernels, why = cpu_quant.serving(weights, self.config.weights, self.config.device)
         graphs = bool(self.cuda and self.cuda.graphs_on)
-        kernels = cpu_quant.build_name() if weights != "fp32" else None  # avx2, avx512vnni, neon
-        reason = None
-        if kernels is not None:
-            reason = cpu_quant.build_note()
-        elif self.config.weights != "fp32" and self.config.device == "cpu":
-            reason = cpu_quant.unavailable_reason() or "the model is not an fp32 CPU model"
-        names = list(policies.names())
-        return {
-            "cuda_graphs": graphs,
-            "weights": weights,
-            "kernels": kernels,
-            "kernels_reason": reason,
-            "policies": names,
-        }
+        out = {"cuda_graphs": graphs, "weights": weights, "kernels": kernels}
+        return out | {"kernels_reason": why, "policies": list(policies.names())}
 
     def live_requests(self) -> list[Sequence]:
         return list(self.inbox.live.values())
