@@ -2,9 +2,12 @@
 
 ``<!-- n short:batch-8,decode_tput/batch-1,decode_tput@2 -->3.77<!-- /n -->`` is the short run's
 batch-8 ``decode_tput`` over batch-1's, 2 decimals; ``check3`` names the 4th claim's measured
-value; ``x1000`` after the digits scales (seconds to ms). ``python -m engine.lesson N --save``
-renders every marker of the lesson's four texts (engine/lab/lesson.py ``write_notes``), and
-tests/lessons/test_lessons.py fails on a text whose numbers are not its stored runs'.
+value; ``x1000`` after the digits scales (seconds to ms). The Live page's stored run (``--live
+--save``) is ``live:``: ``live:1,itl_p99`` is the lesson's 2nd Live setting's headline ITL p99,
+``live:check0,min`` the least ratio its first ``[[live_check]]`` showed over the runs.
+``python -m engine.lesson N --save`` renders every marker of the lesson's four texts
+(engine/lab/lesson.py ``write_notes``), and tests/lessons/test_lessons.py fails on a text whose
+numbers are not its stored runs'.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ def prose_number(measured: dict, expr: str, lang: str) -> str:
     doc = measured[variant]
 
     def one(term: str) -> float:
+        if variant == "live":  # ``live:1,itl_p99``: the 2nd Live setting; ``live:check0,min``
+            row, metric = term.rsplit(",", 1)
+            if row.startswith("check"):
+                return float(doc["checks"][int(row[5:])][metric])
+            return float(doc["rows"][int(row)]["summary"][metric])
         if term.startswith("check"):
             return float(doc["checks"][int(term[5:])]["measured"])
         run, metric = term.rsplit(",", 1)

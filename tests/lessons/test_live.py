@@ -112,3 +112,17 @@ def test_a_live_claim_may_set_two_figures_of_one_setting() -> None:
     run["rows"][0]["summary"]["ttft_p50"] = 0.005  # a first token cheaper than the next: fails
     assert not live.check(scenario, [run])[0]["ok"]
     assert "one: ttft_p50 / one: itl_p50" in live.checks_markdown([held], "en")
+
+
+def test_prose_may_quote_the_stored_live_run() -> None:
+    from engine.lab.prose import prose_number
+
+    measured = {
+        "live": {
+            "rows": [{"summary": {"itl_p99": 0.0953}}, {"summary": {"itl_p99": 0.0584}}],
+            "checks": [{"min": 0.61, "max": 0.83}],
+        }
+    }
+    assert prose_number(measured, "live:0,itl_p99@0x1000", "en") == "95"
+    assert prose_number(measured, "live:1,itl_p99/0,itl_p99@2", "pt-BR") == "0,61"
+    assert prose_number(measured, "live:check0,max@2", "en") == "0.83"
