@@ -1,6 +1,6 @@
 """What the CPU reports: its architecture and its feature flags, as /proc/cpuinfo names them
 (Linux x86's ``flags``, aarch64's ``Features``) or as macOS's ``sysctl`` says them. The parsers
-take text, so a test can feed them another machine's (``tests/test_kernel_neon.py``);
+take text, so a test can feed them another machine's (``tests/kernels/test_kernel_neon.py``);
 ``kernels.cpu_quant_build`` picks the kernel build from them."""
 
 from __future__ import annotations

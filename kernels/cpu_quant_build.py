@@ -30,8 +30,9 @@ BASE_FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 # One build per instruction set, chosen at load from what the CPU reports (FLUXO_KERNELS forces
 # one: avx2, avx512vnni, neon, or fp32 for none), the first this CPU runs in this order. Every
 # build computes the same integer sums and the same fp32 operations in the same order per row, so
-# they give bit-identical results (tests/test_kernel_builds.py on this CPU's x86 builds,
-# tests/test_kernel_neon.py for neon under qemu); VNNI and sdot only take fewer instructions.
+# they give bit-identical results (tests/kernels/test_kernel_builds.py on this CPU's x86 builds,
+# tests/kernels/test_kernel_neon.py for neon under qemu); VNNI and sdot only take fewer
+# instructions.
 BUILDS: dict[str, tuple[tuple[str, ...], list[str]]] = {  # name: (CPU flags needed, compiler flags)
     "avx512vnni": (
         ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"),

@@ -50,17 +50,17 @@ sys.exit(0 if ok else 1)"; then SMOL=1; else SMOL=0; echo "SmolLM2 is not on thi
 
 if want 1; then
   stage "1. CUDA tests, tiny model"
-  timeout 240 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py -k tiny || failed+=("cuda-tiny")
+  timeout 240 "$PY" -m pytest -q -rs -p no:cacheprovider tests/core/test_cuda.py -k tiny || failed+=("cuda-tiny")
 fi
 
 if want 2; then
   stage "2. Triton paged decode kernel vs the torch reference"
-  timeout 180 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_triton_kernel.py || failed+=("triton")
+  timeout 180 "$PY" -m pytest -q -rs -p no:cacheprovider tests/kernels/test_triton_kernel.py || failed+=("triton")
 fi
 
 if [ "$SMOL" = 1 ] && want 3; then
   stage "3. SmolLM2 on CUDA: greedy equality, lanes, graph vs eager"
-  timeout "$T3" "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py -k "not tiny" || failed+=("cuda-smollm2")
+  timeout "$T3" "$PY" -m pytest -q -rs -p no:cacheprovider tests/core/test_cuda.py -k "not tiny" || failed+=("cuda-smollm2")
 fi
 if [ "$SMOL" = 1 ] && want 4; then
   for g in on off; do

@@ -25,7 +25,7 @@ thread, ``wait`` back on the engine's thread)::
   batches with dead slots (no block tables) and batches over 64 rows run eagerly.
 
 Everything that does not need a GPU is a plain function tested on the CPU
-(tests/test_cuda_exec.py); the GPU parts are checked by tests/test_cuda.py and
+(tests/core/test_cuda_exec.py); the GPU parts are checked by tests/core/test_cuda.py and
 scripts/gpu_check.sh. Run on an H200 on 2026-12-01 (docs/gpu/README.md): greedy tokens equal to
 transformers' and to the CPU path in every mode; a replayed greedy decode step at 8 rows took
 6.8 ms of compute lane against 13.5-24.5 ms eager; async moved the busy fraction 0.83 -> 0.97 but

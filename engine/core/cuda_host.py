@@ -1,5 +1,5 @@
 """The host-side logic of the CUDA execute stage (``engine/core/cuda_exec.py``), plain functions
-tested on the CPU (tests/test_cuda_exec.py): which captured graph a step replays, its padding,
+tested on the CPU (tests/core/test_cuda_exec.py): which captured graph a step replays, its padding,
 the static buffers' fill, the two alternating pinned staging sets, and GPU event times mapped to
 the engine clock.
 """

@@ -273,7 +273,7 @@ class FusedStep:
     for any CPU batch, decode rows and prompt chunks alike (``cpu_quant.forward_step``): int8
     activations, the KV cache read and written in place, the threads splitting each product's
     output rows, each row's numbers independent of the others'. It is ``QuantLinear``'s path with
-    the norms, rotary and attention in C++ (tests/test_fused_step.py holds it to that path)."""
+    the norms, rotary and attention in C++ (tests/core/test_fused_step.py holds it to that path)."""
 
     def __init__(self, qm: QuantModel, hf_model, cos: torch.Tensor, sin: torch.Tensor) -> None:
         cfg = hf_model.config

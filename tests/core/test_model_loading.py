@@ -17,7 +17,7 @@ import engine
 from engine.core.errors import UnsupportedModel
 from engine.core.model import checkpoint_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hub_cache(tmp: Path, repo: str, files: dict[str, str]) -> Path:

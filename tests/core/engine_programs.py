@@ -1,5 +1,5 @@
 """Random engine programs for the property tests: submit / cancel / step / live reconfigure, and
-hand-written scenarios random generation reaches only rarely (tests/test_properties.py)."""
+hand-written scenarios random generation reaches only rarely (tests/core/test_properties.py)."""
 
 from __future__ import annotations
 

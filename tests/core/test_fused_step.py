@@ -6,7 +6,7 @@ decode rows, prompt chunks, or both in one step.
 - Batch invariance, bit for bit: a row's logits do not depend on which rows share its step (alone,
   beside longer and shorter contexts, beside a prompt chunk) nor on the thread count.
 - So q4 greedy tokens are identical across policies, chunk budgets, KV layouts, runners and live
-  switches, as the fp32 suite's are (tiny model here; SmolLM2 in tests/test_generate.py).
+  switches, as the fp32 suite's are (tiny model here; SmolLM2 in tests/core/test_generate.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scheduler's contracts, checked by the engine harness (tests/engine_harness.py) at every
+"""The scheduler's contracts, checked by the engine harness (tests/core/engine_harness.py) at every
 step of a random program: exact KV accounting and one place per sequence (the pool), the rules a
 batch is formed by (slots, KV budget, policies, preemption order), a step record that tells the
 truth about its batch, and every request ending exactly once with the tokens it streamed.

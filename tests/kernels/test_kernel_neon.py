@@ -25,7 +25,7 @@ import pytest
 from kernels import cpu_features as cf
 from kernels import cpu_quant_build as cb
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "kernels" / "kernel_check.cpp"
 CROSS = shutil.which("aarch64-linux-gnu-g++")
 QEMU = shutil.which("qemu-aarch64")

@@ -1,7 +1,7 @@
 """Property tests of the policy API (hypothesis): random programs (submit, cancel, step, live
-reconfigure, drain; tests/engine_programs.py) under a random valid policy, a hostile one and a slow
-one (tests/policy_programs.py), switched live with the built-ins. After every step: exact KV
-accounting (no leak, no double free), every sequence in one place, slots and the KV budget never
+reconfigure, drain; tests/core/engine_programs.py) under a random valid policy, a hostile one and a
+slow one (tests/core/policy_programs.py), switched live with the built-ins. After every step: exact
+KV accounting (no leak, no double free), every sequence in one place, slots and the KV budget never
 overdrawn, the policy's token budget kept, every refusal a ``policy_error``; at the end every
 request ended exactly once, with the greedy tokens the continuous policy gives it alone.
 

@@ -1,7 +1,7 @@
 """The CUDA executor's host-side logic, on the CPU: decode batches padded to a graph size give the
 real rows' logits unchanged and write K/V only to the scratch slot beyond them; the static-buffer
 fill (with carry-over); the two alternating host buffers; the event-to-engine-clock arithmetic.
-The GPU half is tests/test_cuda.py."""
+The GPU half is tests/core/test_cuda.py."""
 
 from __future__ import annotations
 

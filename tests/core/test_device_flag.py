@@ -42,6 +42,6 @@ def test_serve_exits_with_the_code_naming_the_device():
         capture_output=True,
         text=True,
         timeout=180,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert out.returncode == 1 and "device_unavailable" in out.stderr and "cuda" in out.stderr

@@ -1,6 +1,6 @@
-"""The engine harness the property tests drive (tests/test_properties.py): random programs of
+"""The engine harness the property tests drive (tests/core/test_properties.py): random programs of
 submit / cancel / step / live reconfigure, hand-written scenarios random generation rarely reaches,
-a step-by-step checker of the scheduler's contracts (tests/engine_contracts.py), and greedy
+a step-by-step checker of the scheduler's contracts (tests/core/engine_contracts.py), and greedy
 references (each prompt alone).
 
 Everything runs on the tiny float64 Llama (byte tokenizer, EOS = 258): a step takes a few ms.
@@ -120,7 +120,7 @@ class Harness:
         assert not self.pending, "a scheduled batch never got its step record"
         assert self.engine.run_until_idle() == 0
 
-    # -- checks (tests/engine_contracts.py) ----------------------------------------------------
+    # -- checks (tests/core/engine_contracts.py) -----------------------------------------------
     def check_pool(self) -> None:
         contracts.check_pool(self.engine, self.handles)
 

@@ -1,7 +1,7 @@
 """Property tests (hypothesis) of the engine under random programs (the programs:
-tests/engine_programs.py; the step-by-step checker: tests/engine_harness.py).
+tests/core/engine_programs.py; the step-by-step checker: tests/core/engine_harness.py).
 
-1. The block pool alone, as a state machine: tests/test_block_pool.py.
+1. The block pool alone, as a state machine: tests/core/test_block_pool.py.
 2. Random programs against the engine (submit, cancel, step, live reconfigure, then drain): the
    scheduler's contracts hold at every step and every request ends exactly once.
 3. Preemption under a tight paged budget does not change greedy outputs.

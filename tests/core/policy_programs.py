@@ -1,6 +1,6 @@
-"""Policies for the property tests of the policy API (tests/test_policy_properties.py): a random
-one whose every answer is valid, a hostile one whose answers are often wrong (bad types, ids of
-requests not waiting or not running, more than the free slots, budgets out of range, exceptions),
+"""Policies for the property tests of the policy API (tests/core/test_policy_properties.py): a
+random one whose every answer is valid, a hostile one whose answers are often wrong (bad types, ids
+of requests not waiting or not running, more than the free slots, budgets out of range, exceptions),
 and a slow one (every hook over its time bound); and a harness that checks, at every step, the
 rules that hold under any policy.
 """
@@ -94,7 +94,7 @@ NAMES = tuple(cls.name for cls in POLICIES)
 
 
 class PolicyHarness(Harness):
-    """The engine harness (tests/engine_harness.py) with the batch rules that hold under any
+    """The engine harness (tests/core/engine_harness.py) with the batch rules that hold under any
     policy; the built-ins' own (static admits only into an empty batch, the newest victim first,
     chunked's budget) are the plain harness's."""
 

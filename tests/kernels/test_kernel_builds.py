@@ -2,7 +2,7 @@
 this CPU runs gives bit-identical logits and K/V (the same integer sums, fewer instructions with
 VNNI), FLUXO_KERNELS forces one (or none), and the engine says which build serves, or why none
 does. A compiler without OpenMP (Apple clang without libomp) still builds the kernels, for one
-thread, with the OpenMP build's bits. (The neon build: tests/test_kernel_neon.py.)"""
+thread, with the OpenMP build's bits. (The neon build: tests/kernels/test_kernel_neon.py.)"""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import torch
 from engine.core.llama import LlamaForward
 from engine.core.model import tiny_llama
 from kernels import cpu_quant, cpu_quant_build
-from tests.test_fused_step import _batch, _caches
+from tests.core.test_fused_step import _batch, _caches
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = [b for b in cpu_quant_build.BUILDS if cpu_quant_build.cpu_ok(b) is None]
 
 

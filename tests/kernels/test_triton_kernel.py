@@ -26,7 +26,7 @@ import torch
 
 from kernels.attention import paged_decode_attention as reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 TOL = 1e-3
@@ -103,9 +103,9 @@ def _run_child(code: str, env_extra: dict[str, str]) -> subprocess.CompletedProc
     env = {
         **os.environ,
         **env_extra,
-        # the repository (as pytest's pythonpath) and tests/, so the child imports this module
+        # the repository (pytest's pythonpath) and tests/kernels/: the child imports this module
         "PYTHONPATH": os.pathsep.join(
-            [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+            [str(ROOT), str(ROOT / "tests" / "kernels"), os.environ.get("PYTHONPATH", "")]
         ),
     }
     return subprocess.run(

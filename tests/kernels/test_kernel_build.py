@@ -12,7 +12,7 @@ import pytest
 
 from kernels import cpu_quant, cpu_quant_build
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROBE = (
     "from kernels import cpu_quant; print(cpu_quant.available(), cpu_quant.unavailable_reason())"
 )

@@ -66,7 +66,7 @@ def test_apply_pins_every_thread_and_sets_torch_threads():
         text=True,
         timeout=120,
         check=True,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
     )
     affinity, threads = json.loads(out.stdout.strip().splitlines()[-1])
     assert affinity == [1] and threads == 1
