@@ -89,9 +89,9 @@ class CudaExecutor:
     Built on the device thread (engine/core/device.py), after the model and KV cache are on the
     GPU."""
 
-    def __init__(self, runner, config, now: Callable[[], float]) -> None:
-        self.runner, self.now = runner, now
-        self.device = runner.cache.k.device
+    def __init__(self, model_runner, config, now: Callable[[], float]) -> None:
+        self.model_runner, self.now = model_runner, now
+        self.device = model_runner.cache.k.device
         # Model load and cache allocation ran on the default stream: done before ours start.
         torch.cuda.synchronize(self.device)
         self.h2d = torch.cuda.Stream(self.device)
@@ -108,7 +108,9 @@ class CudaExecutor:
         self.width = graph_width(config.max_model_len, config.block_size)
         # Graphs need the Triton paged kernel (fixed-shape inputs); the torch decode path pads
         # its context per step, so without Triton every step is eager.
-        self.graphs_on = bool(config.cuda_graphs) and runner.forward_impl.triton_decode is not None
+        self.graphs_on = (
+            bool(config.cuda_graphs) and model_runner.forward_impl.triton_decode is not None
+        )
         self.graphs: dict[int, _Graph] = {}
         self.replays = self.eager = 0
         self._pool = None
@@ -121,7 +123,7 @@ class CudaExecutor:
 
     # -- graphs ------------------------------------------------------------------------------------
     def _reset_graphs(self) -> None:
-        cache = self.runner.cache
+        cache = self.model_runner.cache
         self.graphs.clear()
         self._pool = torch.cuda.graph_pool_handle()
         self._cache = cache
@@ -132,12 +134,12 @@ class CudaExecutor:
     def capture(self, sizes: tuple[int, ...]) -> None:
         """Capture the decode graphs of ``sizes`` (largest first, so the smaller ones reuse the
         pool's memory); on the device thread, with the compute stream idle."""
-        if self._cache is not self.runner.cache:
+        if self._cache is not self.model_runner.cache:
             self._reset_graphs()
         # The warm-up forwards really run: every static row must be padding (scratch slot only),
         # not the last step's rows, whose slots may belong to other sequences by now. On the
         # compute stream, after any replay still reading the buffers.
-        cache = self.runner.cache
+        cache = self.model_runner.cache
         clean = padding(
             max(GRAPH_SIZES), self.width, cache.scratch_slot, self.block_size, self.device
         )
@@ -164,7 +166,7 @@ class CudaExecutor:
             decode_tables=s.tables[:size],
             decode_lens=s.lens[:size],
         )
-        forward, cache = self.runner.forward_impl.forward, self.runner.cache
+        forward, cache = self.model_runner.forward_impl.forward, self.model_runner.cache
         self.compute.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.compute):  # warm-up: Triton compiles, cuBLAS picks its kernels
             for _ in range(2):
@@ -179,10 +181,10 @@ class CudaExecutor:
         return _Graph(size, graph, logits, rows)
 
     def ensure_capacity(self, blocks: int) -> None:
-        """The runner's KV resize with every stream quiet around it (it copies on the default
+        """The model runner's KV resize with every stream quiet around it (it copies on the default
         stream); graphs that point into the old cache are recaptured on the next decode step."""
         torch.cuda.synchronize(self.device)
-        self.runner.ensure_capacity(blocks)
+        self.model_runner.ensure_capacity(blocks)
         torch.cuda.synchronize(self.device)
 
     # -- one step ----------------------------------------------------------------------------------
@@ -206,7 +208,7 @@ class CudaExecutor:
         size = graph_size(fb, self.width) if self.graphs_on else None
         if size is not None:
             host = pad_decode(
-                fb, size, self.width, self.runner.cache.scratch_slot, self.block_size
+                fb, size, self.width, self.model_runner.cache.scratch_slot, self.block_size
             ).tensors()
         else:
             host = flatten_inputs(fb)
@@ -246,7 +248,9 @@ class CudaExecutor:
         # The device thread runs steps in order: ``prev`` is done here (raises if it failed).
         # Its tokens were made on the compute stream, which this step's work follows.
         prev_tokens = prev.result().tokens if prev is not None and "carry_dst" in dev else None
-        if size is not None and (self._cache is not self.runner.cache or size not in self.graphs):
+        if size is not None and (
+            self._cache is not self.model_runner.cache or size not in self.graphs
+        ):
             self.capture((size,))  # after a KV resize, or max_slots raised past the sizes captured
         with torch.cuda.stream(self.compute):
             self.compute.wait_event(marks["h2d"][1])
@@ -264,7 +268,7 @@ class CudaExecutor:
                 batch = rebuild(fb, dev)
                 if "carry_dst" in dev:
                     batch.input_ids[dev["carry_dst"]] = prev_tokens[dev["carry_src"]]
-                logits = self.runner.forward_impl.forward(batch, self.runner.cache)
+                logits = self.model_runner.forward_impl.forward(batch, self.model_runner.cache)
                 self.eager += 1
             tokens = sample(logits, rows, seed)
             marks["compute"][1].record(self.compute)

@@ -56,7 +56,7 @@ class Engine:
         self.scheduler = Scheduler(config, self.blocks)
         # Weights are packed and every forward runs on the process's one device thread (device.py).
         self.device_pool = device.executor()
-        self.runner = device.run(ModelRunner, model, config)
+        self.model_runner = device.run(ModelRunner, model, config)
         self.telemetry = Telemetry(max_telemetry_steps, max_telemetry_requests)
         self._clock = clock
         self._t0 = clock()
@@ -65,7 +65,7 @@ class Engine:
         if config.device == "cuda":
             from engine.core.cuda_exec import CudaExecutor
 
-            self.cuda = device.run(CudaExecutor, self.runner, config, self.now)
+            self.cuda = device.run(CudaExecutor, self.model_runner, config, self.now)
         self.inbox = Inbox()
         self.step_lock = threading.RLock()  # the engine thread's steps and single_step alternate
         self.step_count = 0
@@ -146,7 +146,7 @@ class Engine:
     def execution(self) -> dict[str, object]:
         """How steps execute: ``cuda_graphs``, CPU ``weights``, ``kernels`` and ``kernels_reason``
         (``cpu_quant.serving``), and the ``policies`` a ``control`` may name (built-ins first)."""
-        weights = getattr(getattr(self.runner, "forward_impl", None), "weights", "fp32")
+        weights = getattr(getattr(self.model_runner, "forward_impl", None), "weights", "fp32")
         kernels, why = cpu_quant.serving(weights, self.config.weights, self.config.device)
         graphs = bool(self.cuda and self.cuda.graphs_on)
         out = {"cuda_graphs": graphs, "weights": weights, "kernels": kernels}
@@ -218,7 +218,7 @@ class Engine:
     def _resize_kv(self, blocks: int) -> None:
         # On the device thread: it runs after any step in flight, whose K/V writes must land
         # in the cache before it is copied into the bigger one.
-        self.device_pool.submit((self.cuda or self.runner).ensure_capacity, blocks).result()
+        self.device_pool.submit((self.cuda or self.model_runner).ensure_capacity, blocks).result()
         self.blocks.set_budget(blocks)
         # a request that can no longer ever fit fails now
         for seq in list(self.inbox.live.values()):
@@ -273,7 +273,7 @@ class Engine:
             self.telemetry.update_request(seq)
         for seq in batch.preempted:
             self.telemetry.update_request(seq)
-        fb, rows = self.runner.build(batch)
+        fb, rows = self.model_runner.build(batch)
         if self.config.host_work_ms > 0:  # simulated host work (a teaching knob): the sleep frees
             time.sleep(self.config.host_work_ms / 1000)  # the GIL, so async hides it under compute
         slots = slots_view(batch, self.scheduler.running, self.config.max_slots)

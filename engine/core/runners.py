@@ -45,7 +45,7 @@ class StepEngine(Protocol):
     config: EngineConfig
     blocks: BlockManager
     scheduler: Scheduler
-    runner: ModelRunner
+    model_runner: ModelRunner
     cuda: CudaExecutor | None
     device_pool: Executor  # the device thread (engine/core/device.py)
     telemetry: Telemetry
@@ -75,15 +75,15 @@ def launch(engine: StepEngine, work: Work, prev_tokens: torch.Tensor | None) -> 
     work.kv = kv_view(engine.blocks, engine.scheduler.running, engine.config.block_size)
     if engine.cuda is not None:  # already queued by prepare; carry-over from the step in flight
         return
-    runner, now = engine.runner, engine.now
+    model_runner, now = engine.model_runner, engine.now
     t = now()
-    fb, rows, seed = runner.to_device(work.fb), work.rows, engine.config.seed
+    fb, rows, seed = model_runner.to_device(work.fb), work.rows, engine.config.seed
     if fb.input_ids.is_cuda:
         work.spans.append({"lane": "h2d", "start": t, "end": now()})
 
     def execute() -> tuple[torch.Tensor, float, float]:
         t0 = now()
-        tokens = runner.execute(fb, rows, seed, prev_tokens)
+        tokens = model_runner.execute(fb, rows, seed, prev_tokens)
         return tokens, t0, now()
 
     work.future = engine.device_pool.submit(execute)

@@ -22,7 +22,7 @@ def check_kv_memory(engine, blocks: int) -> None:
     """Refuse (``kv_over_memory``) a KV pool the machine cannot hold: growing it allocates the new
     cache while the old one still lives, so the new one must fit in part of the free memory
     (``psutil`` on the CPU, the device's own free memory on CUDA)."""
-    cache = getattr(getattr(engine, "runner", None), "cache", None)
+    cache = getattr(getattr(engine, "model_runner", None), "cache", None)
     k = getattr(cache, "k", None)
     if k is None or blocks + 1 <= cache.num_blocks:
         return  # no cache to size against, or one already as big: nothing is allocated

@@ -56,7 +56,7 @@ def reference(model, prompt: list[int]) -> list[int]:
 def registered_kv(engine) -> dict[int, tuple[int, torch.Tensor]]:
     """Key and K/V of every registered block, read once the step in flight (async) has landed."""
     engine.device_pool.submit(lambda: None).result()
-    cache, bs = engine.runner.cache, engine.config.block_size
+    cache, bs = engine.model_runner.cache, engine.config.block_size
     return {
         b: (
             k,

@@ -62,7 +62,7 @@ def test_engine_records_carry_expected_and_a_slowed_step_stands_out(make_tiny_en
         and engine.step_count == 0
         and not engine.telemetry.steps
     )
-    run_execute = engine.runner.execute
+    run_execute = engine.model_runner.execute
     slowed: set[int] = set()
 
     took: list[float] = []
@@ -77,7 +77,7 @@ def test_engine_records_carry_expected_and_a_slowed_step_stands_out(make_tiny_en
         took.append(time.perf_counter() - t0)
         return out
 
-    engine.runner.execute = execute
+    engine.model_runner.execute = execute
     for i in range(4):
         engine.submit(token_ids=list(range(5, 30 + 3 * i)), max_new_tokens=40, ignore_eos=True)
     engine.run_until_idle()

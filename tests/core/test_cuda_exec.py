@@ -53,7 +53,7 @@ def _decode_state(make_tiny_engine, n: int):
     engine.step()  # and a first decode step
     batch = engine.scheduler.schedule(engine.now())
     assert batch and all(k == 1 for _, k in batch.items) and not batch.dead
-    fb, rows = engine.runner.build(batch)
+    fb, rows = engine.model_runner.build(batch)
     seqs = [s for s, _ in batch.items]
     width = max(len(s.block_table) for s in seqs)
     fb.decode_tables = torch.tensor(
@@ -81,27 +81,31 @@ def _graph_batch(static: DecodeInputs, size: int) -> ForwardBatch:
 
 def test_padded_decode_gives_the_real_rows_logits_and_touches_only_scratch(make_tiny_engine):
     engine, fb, rows = _decode_state(make_tiny_engine, 3)
-    runner, cfg = engine.runner, engine.config
-    fwd = runner.forward_impl
+    model_runner, cfg = engine.model_runner, engine.config
+    fwd = model_runner.forward_impl
     width = graph_width(cfg.max_model_len, cfg.block_size)
     size = graph_size(fb, width)
     assert size == 4
-    before_k = runner.cache.k.clone()
-    static = padding(max(GRAPH_SIZES), width, runner.cache.scratch_slot, cfg.block_size)
-    fill_static(static, pad_decode(fb, size, width, runner.cache.scratch_slot, cfg.block_size))
+    before_k = model_runner.cache.k.clone()
+    static = padding(max(GRAPH_SIZES), width, model_runner.cache.scratch_slot, cfg.block_size)
+    fill_static(
+        static, pad_decode(fb, size, width, model_runner.cache.scratch_slot, cfg.block_size)
+    )
     fwd.triton_decode = (
         paged_decode_attention  # the Triton kernel's contract, by its torch reference
     )
     try:
-        padded = fwd.forward(_graph_batch(static, size), runner.cache)  # [4, V]
+        padded = fwd.forward(_graph_batch(static, size), model_runner.cache)  # [4, V]
     finally:
         fwd.triton_decode = None
     # slots
-    changed = (runner.cache.k != before_k).flatten(2).any(-1).any(0).nonzero().flatten().tolist()
-    scratch = runner.cache.scratch_slot
+    changed = (
+        (model_runner.cache.k != before_k).flatten(2).any(-1).any(0).nonzero().flatten().tolist()
+    )
+    scratch = model_runner.cache.scratch_slot
     assert set(changed) <= set(fb.write_slots.tolist()) | {scratch}
     assert scratch in changed  # the padding row did write, there only
-    eager = fwd.forward(fb, runner.cache)  # [3, V], the torch decode path over padded slots
+    eager = fwd.forward(fb, model_runner.cache)  # [3, V], the torch decode path over padded slots
     assert padded.shape[0] == 4 and eager.shape[0] == 3
     torch.testing.assert_close(padded[:3], eager, rtol=1e-10, atol=1e-10)
     assert padded[:3].argmax(-1).tolist() == eager.argmax(-1).tolist()
@@ -197,16 +201,16 @@ def test_flattened_inputs_rebuild_the_same_mixed_step(make_tiny_engine):
         engine.submit(token_ids=p, max_new_tokens=8, ignore_eos=True)
     engine._drain_inbox()
     batch = engine.scheduler.schedule(engine.now())
-    fb, _ = engine.runner.build(batch)
+    fb, _ = engine.model_runner.build(batch)
     assert fb.num_decode == 1 and len(fb.prefills) == 2 and graph_size(fb, 129) is None
     flat = flatten_inputs(fb)
     assert flat["ctx_slots"].shape[0] == sum(p.ctx_slots.shape[0] for p in fb.prefills)
     copy = rebuild(fb, {n: t.clone() for n, t in flat.items()})
-    saved_k, saved_v = engine.runner.cache.k.clone(), engine.runner.cache.v.clone()
-    a = engine.runner.forward_impl.forward(fb, engine.runner.cache)
-    engine.runner.cache.k.copy_(saved_k)
-    engine.runner.cache.v.copy_(saved_v)
-    b = engine.runner.forward_impl.forward(copy, engine.runner.cache)
+    saved_k, saved_v = engine.model_runner.cache.k.clone(), engine.model_runner.cache.v.clone()
+    a = engine.model_runner.forward_impl.forward(fb, engine.model_runner.cache)
+    engine.model_runner.cache.k.copy_(saved_k)
+    engine.model_runner.cache.v.copy_(saved_v)
+    b = engine.model_runner.forward_impl.forward(copy, engine.model_runner.cache)
     assert torch.equal(a, b)
 
 

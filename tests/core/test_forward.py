@@ -15,7 +15,7 @@ def _capture_rows(engine: Engine) -> list[tuple[list[int], torch.Tensor]]:
     Observes the real runner (no stand-in): each row predicts the token after those ids.
     """
     seen: list[tuple[list[int], torch.Tensor]] = []
-    build, forward = engine.runner.build, engine.runner.forward_impl.forward
+    build, forward = engine.model_runner.build, engine.model_runner.forward_impl.forward
     pending: list = []
 
     def spy_build(batch):
@@ -28,7 +28,7 @@ def _capture_rows(engine: Engine) -> list[tuple[list[int], torch.Tensor]]:
         seen.extend((ids, logits[i].clone()) for i, ids in enumerate(pending) if ids is not None)
         return logits
 
-    engine.runner.build, engine.runner.forward_impl.forward = spy_build, spy_forward
+    engine.model_runner.build, engine.model_runner.forward_impl.forward = spy_build, spy_forward
     return seen
 
 

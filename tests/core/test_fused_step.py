@@ -185,7 +185,7 @@ def test_q4_greedy_identical_across_policies_budgets_layouts_runners_and_switche
         return make_tiny_engine(weights_of=tiny32, dtype="float32", weights="q4", **overrides)
 
     engine = _engine(max_slots=1, policy="continuous")
-    assert engine.runner.forward_impl.fused is not None  # the q4 one-call step serves
+    assert engine.model_runner.forward_impl.fused is not None  # the q4 one-call step serves
     ref = _greedy_run(engine)  # one sequence at a time, whole prompts
     configs = [
         dict(policy=p, kv_layout=k, runner=r)

@@ -141,7 +141,7 @@ def test_smollm2_q4_greedy_identical_across_policies_and_layouts(smollm2, q4_ref
     engine = Engine(
         EngineConfig(kv_blocks=128, weights="q4", **CASES[case]), model=model, tokenizer=tok
     )
-    assert engine.runner.forward_impl.weights == "q4"
+    assert engine.model_runner.forward_impl.weights == "q4"
     assert _run(engine) == q4_reference
 
 

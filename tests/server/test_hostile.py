@@ -485,7 +485,7 @@ def test_students_are_aliases_in_the_records_and_the_model_path_stays_home(serve
 
 def test_kv_blocks_beyond_memory_are_refused_and_the_engine_goes_on(serve):
     server = serve()  # SmolLM2: ~0.7 MB of fp32 K and V a 16-token block
-    cache = server.engine.runner.cache
+    cache = server.engine.model_runner.cache
     k = cache.k
     per_block = 2 * k.element_size() * k.shape[0] * cache.block_size * k.shape[2] * k.shape[3]
     too_many = 1 << 20  # the config's own upper bound: ~740 GiB

@@ -183,8 +183,8 @@ def test_policy_switch_and_pause_step_resume_under_load_lose_nothing(serve, smol
 
 
 def _failing_once(server, at_call: int):
-    runner = server.engine.runner
-    original = runner.execute
+    model_runner = server.engine.model_runner
+    original = model_runner.execute
     calls = {"n": 0}
 
     def execute(*args, **kwargs):
@@ -193,7 +193,7 @@ def _failing_once(server, at_call: int):
             raise RuntimeError("injected fault")
         return original(*args, **kwargs)
 
-    runner.execute = execute
+    model_runner.execute = execute
 
 
 def test_a_step_that_raises_fails_only_its_requests(serve, smollm2):
