@@ -1,8 +1,10 @@
 """``python -m engine.lab.recordings [N|all]``: record each lesson's scenario for the page's replay.
 
-A lesson's first ``[compare]`` runs both of its configurations on SmolLM2 through the lesson
-machinery (``engine.lab.scenario.measure``: fresh engines sharing the weights, the canonical
-seeded workload) at 0.35 of the comparison's scale, and the records are written to
+A lesson's ``[compare]`` marked ``record = true`` (else its first) runs both of its
+configurations on SmolLM2 through the lesson machinery (``engine.lab.scenario.measure``: fresh
+engines sharing the weights, the canonical seeded workload) at 0.35 of the comparison's scale (or
+the ``[compare]``'s own ``record_scale``, where fewer requests cannot show the claim: lesson 4's
+peak concurrency), and the records are written to
 ``lessons/NN-*/recording.jsonl``. The page (``app/recording.py``) opens it with no engine and no
 model: a teacher can show the lesson on any laptop, and the Live page falls back to it when the
 engine is unreachable.
@@ -106,12 +108,19 @@ def _run_lines(side: str, cmp_: dict, res: dict) -> list[dict[str, Any]]:
     ]
 
 
+def recorded_compare(scenario: dict) -> dict:
+    """The ``[compare]`` a lesson's recording replays: the one marked ``record = true``, else the
+    first (lesson 7's first rate is below the knee, where more slots change nothing)."""
+    found = compares(scenario)
+    return next((c for c in found if c.get("record")), found[0])
+
+
 def record_lesson(model, tok, folder: Path) -> Path:
-    """Run the lesson's first [compare] (both sides) and write ``folder/recording.jsonl``."""
+    """Run the lesson's recorded [compare] (both sides) and write ``folder/recording.jsonl``."""
     scenario = load(folder / "scenario.toml")
-    cmp_ = compares(scenario)[0]
+    cmp_ = recorded_compare(scenario)
     spec = SPECS[cmp_["workload"]]
-    scale = max(0.05, float(cmp_.get("scale", 1.0)) * SCALE_FACTOR)
+    scale = cmp_.get("record_scale", max(0.05, float(cmp_.get("scale", 1.0)) * SCALE_FACTOR))
     lines, summary = [_header(folder, scenario, cmp_, scale)], {}
     for side in ("a", "b"):
         # One torch thread: on a shared 2-core machine (load ~12 here) a team of two spins.
@@ -120,6 +129,7 @@ def record_lesson(model, tok, folder: Path) -> Path:
         summary[side] = res["summary"]
         lines += _run_lines(side, cmp_, res)
     lines[0]["ratios"] = ratios(summary["a"], summary["b"])  # as the live comparison answers
+    lines[0] |= {"weights": res["config"].get("weights"), "threads": 1}  # the engine it ran on
     path = folder / "recording.jsonl"
     path.write_text(
         "".join(json.dumps(_round(line), separators=(",", ":")) + "\n" for line in lines)

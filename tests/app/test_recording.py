@@ -119,3 +119,22 @@ def test_broken_files_get_a_clear_message(runs, case, expected):
     with pytest.raises(BadRecording) as err:
         parse(text)
     assert expected in err.value.message and err.value.code == "bad_recording"
+
+
+@pytest.mark.parametrize("lesson", [p.name for p in LESSONS])
+def test_each_recording_shows_its_lesson(lesson):
+    """The Replay a teacher shows is the lesson's claim: the recorded [compare]'s ratio B / A
+    goes the way its ``expect`` says (lesson 4 at 0.35 of its scale showed 1.0x: no claim), and a
+    comparison that cannot show a direction on a CPU says so (``expect = "none"`` and a text)."""
+    import tomllib
+
+    from engine.lab.recordings import recorded_compare
+
+    with open(ROOT / "lessons" / lesson / "scenario.toml", "rb") as f:
+        cmp_ = recorded_compare(tomllib.load(f))
+    rec = recording.load(ROOT / "lessons" / lesson / "recording.jsonl")
+    assert rec.meta["workload"] == cmp_["workload"], "re-record: python -m engine.lab.recordings"
+    value = rec.meta["ratios"][cmp_["ratio"]]
+    expect = cmp_["expect"]  # ">" or "<" than 1, "=": within 10 % of 1, "none": no direction
+    holds = {">": value > 1, "<": value < 1, "=": abs(value - 1) <= 0.1, "none": True}
+    assert holds[expect], f"{cmp_['ratio']} = {value:.3f}, expected {expect}"
