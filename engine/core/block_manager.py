@@ -57,7 +57,7 @@ class BlockManager:
         self._by_key: dict[int, int] = {}  # key -> the one block registered under it
         self.num_shared = 0  # blocks with ref > 1
         self.extra_refs = (
-            0  # sum of (ref - 1) over shared blocks: tokens counted twice in sum(num_cached)
+            0  # sum of (ref - 1) over shared blocks: tokens counted twice in sum(num_computed)
         )
         self.evictions = 0  # cached blocks reclaimed for new content, since the start
         self.hits = 0  # blocks taken from the cache at admission, since the start
@@ -71,8 +71,8 @@ class BlockManager:
         return len(self._used)
 
     @property
-    def num_cached(self) -> int:
-        """Free blocks whose content is still findable."""
+    def num_free_findable(self) -> int:
+        """Free blocks whose content is still findable (the prefix cache's LRU list)."""
         return len(self._lru)
 
     @property

@@ -62,15 +62,15 @@ class ModelRunner:
         # A one-token prefill chunk rides with the decodes but must not sample until its prompt is
         # whole.
         rows: list[Sequence | None] = [
-            s if s.num_cached + 1 == s.num_tokens else None for s in decode
+            s if s.num_computed + 1 == s.num_tokens else None for s in decode
         ]
         rows += [None] * len(dead)
         dec_all = decode + dead
         flat = _Flat(
-            ids=[s.token_at(min(s.num_cached, s.num_tokens - 1)) for s in dec_all],
+            ids=[s.token_at(min(s.num_computed, s.num_tokens - 1)) for s in dec_all],
             owners=list(dec_all),
-            pos=[s.num_cached for s in dec_all],
-            write=[self._slot(s, s.num_cached) for s in decode]
+            pos=[s.num_computed for s in dec_all],
+            write=[self._slot(s, s.num_computed) for s in decode]
             + [self.cache.scratch_slot] * len(dead),
             logit_rows=list(range(len(dec_all))),
         )
@@ -105,7 +105,7 @@ class ModelRunner:
         for seq, n in batch.items:
             if n == 1:
                 continue
-            start = seq.num_cached
+            start = seq.num_computed
             table = torch.tensor([seq.block_table], dtype=torch.long)
             ctx = slots_from_block_tables(table, torch.tensor([start + n]), self.block_size)[0]
             flat.ids.extend(seq.tokens(start, start + n))

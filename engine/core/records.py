@@ -24,7 +24,7 @@ class SlotRecord(TypedDict):
 class KVRecord(TypedDict, total=False):
     blocks_total: int  # the presenter's budget, in blocks
     blocks_used: int  # blocks referenced by at least one sequence
-    tokens_stored: int  # sum of num_cached over sequences holding blocks
+    tokens_stored: int  # sum of num_computed over sequences holding blocks
     tokens_allocated: int  # blocks_used * block_size
     blocks_shared: int  # prefix cache: blocks referenced by more than one sequence
     blocks_cached: int  # prefix cache: free blocks whose content is still findable

@@ -66,7 +66,7 @@ class StepEngine(Protocol):
 def launch(engine: StepEngine, work: Work, prev_tokens: torch.Tensor | None) -> None:
     """Start executing ``work``; bookkeeping moves on as if its tokens were known (placeholders)."""
     for seq, n in work.batch.items:
-        seq.num_cached += n
+        seq.num_computed += n
     for row, seq in enumerate(work.rows):
         if seq is not None:
             seq.output_ids.append(PLACEHOLDER)

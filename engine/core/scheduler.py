@@ -39,7 +39,7 @@ class ScheduledBatch:
     admitted: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
     # admitted request id -> tokens from the prefix cache
-    cached: dict[int, int] = field(default_factory=dict)
+    prefix_hits: dict[int, int] = field(default_factory=dict)
     # (sequence, its block table as scheduled, tokens it will have computed): what ``on_computed``
     # registers once the step has finished; the table's identity tells a later re-admission apart.
     spans: list[tuple[Sequence, list[int], int]] = field(default_factory=list)
@@ -103,7 +103,7 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
         self._drop(seq)
-        seq.num_cached = 0
+        seq.num_computed = 0
         seq.status = Status.PREEMPTED
         seq.preemptions += 1
         self.waiting.appendleft(seq)
@@ -147,14 +147,14 @@ class Scheduler:
             self._schedule_flowing(batch, budget, hooks)
         batch.errors, batch.decided = self._guard.errors, self._guard.decided
         for seq, n in batch.items:
-            seq.computed_prompt_tokens += max(0, min(n, seq.prefill_end - seq.num_cached))
-            batch.spans.append((seq, seq.block_table, seq.num_cached + n))
+            seq.computed_prompt_tokens += max(0, min(n, seq.prefill_end - seq.num_computed))
+            batch.spans.append((seq, seq.block_table, seq.num_computed + n))
         if self.blocks.caching:
             self._computing = {
                 k
                 for seq, n in batch.items
                 if n > 1
-                for k in self.blocks.keys_ahead(seq, seq.block_keys, seq.num_cached + n)
+                for k in self.blocks.keys_ahead(seq, seq.block_keys, seq.num_computed + n)
             }
         return batch
 
@@ -260,10 +260,10 @@ class Scheduler:
         else:
             self.waiting.remove(seq)
         self.blocks.admit(seq, hits, keys, target)
-        seq.num_cached = cached
+        seq.num_computed = cached
         seq.cached_tokens += cached
         seq.prefill_end = seq.num_tokens
-        batch.cached[seq.id] = cached
+        batch.prefix_hits[seq.id] = cached
         if self.blocks.caching and not self._batch:
             self._pending.update(self.blocks.keys_ahead(seq, keys, cached + n))
         seq.slot = self._free_slot()
@@ -296,7 +296,7 @@ class Scheduler:
                 tokens_left = left if budget is not None else None
                 args = (running_view(seq),)
                 n = self._ask("prefill_tokens", tokens_left, args, check_prefill, (seq.pending,))
-            if self._grow_or_preempt(seq, seq.num_cached + n, batch, hooks):
+            if self._grow_or_preempt(seq, seq.num_computed + n, batch, hooks):
                 batch.items.append((seq, n))
                 seq.last_served = self._tick
                 left -= n
@@ -329,7 +329,7 @@ class Scheduler:
         for seq in self.live():
             if seq not in self.running or self._complete(seq):
                 continue
-            if self._grow_or_preempt(seq, seq.num_cached + seq.pending, batch, hooks):
+            if self._grow_or_preempt(seq, seq.num_computed + seq.pending, batch, hooks):
                 batch.items.append((seq, seq.pending))
         # Dead slots ride along with live work; a step of nothing but dead slots (async: every live
         # member's last token already in flight) would be a forward thrown away whole.

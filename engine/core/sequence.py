@@ -61,7 +61,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     # prefix-cache keys of its first full blocks
     block_keys: list[int] = field(default_factory=list)
-    num_cached: int = 0  # tokens whose K/V are in the cache
+    num_computed: int = 0  # tokens whose K/V are computed and in the KV cache
     cached_tokens: int = 0  # tokens its admissions took from the prefix cache (all admissions)
     computed_prompt_tokens: int = (
         0  # tokens it prefilled (prompt, or prompt + output after a preemption)
@@ -93,7 +93,7 @@ class Sequence:
     def pending(self) -> int:
         """Tokens not yet in the KV cache: the rest of the prompt while prefilling, 1 while
         decoding."""
-        return self.num_tokens - self.num_cached
+        return self.num_tokens - self.num_computed
 
     def token_at(self, i: int) -> int:
         n = len(self.prompt_ids)

@@ -53,7 +53,7 @@ def slots_view(batch: ScheduledBatch, running: list[Sequence], max_slots: int) -
         n = scheduled.get(seq.id, 0)
         if seq.dead:
             phase, n = "dead", 1
-        elif n > 1 or seq.num_cached + max(n, 1) < seq.num_tokens or not seq.output_ids:
+        elif n > 1 or seq.num_computed + max(n, 1) < seq.num_tokens or not seq.output_ids:
             phase = "prefill"
         else:
             phase = "decode"
@@ -66,18 +66,18 @@ def kv_view(blocks: BlockManager, running: list[Sequence], block_size: int) -> K
     return {
         "blocks_total": blocks.budget,
         "blocks_used": blocks.num_used,
-        # A shared block is full and counted once per holder in num_cached: count it once.
-        "tokens_stored": sum(s.num_cached for s in running) - blocks.extra_refs * block_size,
+        # A shared block is full and counted once per holder in num_computed: count it once.
+        "tokens_stored": sum(s.num_computed for s in running) - blocks.extra_refs * block_size,
         "tokens_allocated": blocks.num_used * block_size,
         "blocks_shared": blocks.num_shared,  # referenced by more than one sequence
-        "blocks_cached": blocks.num_cached,  # free, content still findable (counted as free)
+        "blocks_cached": blocks.num_free_findable,  # free, content still findable (counted as free)
     }
 
 
 def step_work(batch: ScheduledBatch, rows: list) -> StepWork:
-    """The counts the cost model prices, taken before the step advances ``num_cached``."""
-    pairs = sum(n * (seq.num_cached + n) for seq, n in batch.items)
-    pairs += sum(s.num_cached + 1 for s in batch.dead)
+    """The counts the cost model prices, taken before the step advances ``num_computed``."""
+    pairs = sum(n * (seq.num_computed + n) for seq, n in batch.items)
+    pairs += sum(s.num_computed + 1 for s in batch.dead)
     tokens = sum(n for _, n in batch.items) + len(batch.dead)
     return StepWork(tokens=tokens, logit_rows=len(rows), attention_pairs=pairs)
 
@@ -101,8 +101,8 @@ def step_record(
         "finished": list(finished),
         "preempted": [s.id for s in work.batch.preempted],
         # Prefix cache: tokens each admission took from it (request id -> tokens), and their sum.
-        "admitted_cached": dict(work.batch.cached),
-        "cached_tokens": sum(work.batch.cached.values()),
+        "admitted_cached": dict(work.batch.prefix_hits),
+        "cached_tokens": sum(work.batch.prefix_hits.values()),
         "queue_len": queue_len,
         "kv": work.kv,
         "tokens": tokens,

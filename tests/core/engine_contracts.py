@@ -30,13 +30,13 @@ def check_pool(engine, handles: list) -> None:
     for s in sch.waiting:
         assert (
             s.block_table == []
-            and s.num_cached == 0
+            and s.num_computed == 0
             and s.status in (Status.QUEUED, Status.PREEMPTED)
         )
     for s in sch.running:
         assert s.status is Status.RUNNING or (s.dead and s.status.ended)
         assert not s.dead or (e.config.policy == "static" and sch.batch_open)
-        assert len(s.block_table) * bm.block_size >= s.num_cached
+        assert len(s.block_table) * bm.block_size >= s.num_computed
     for h in handles:
         if h.seq.status.ended and not h.seq.dead:
             assert h.seq.block_table == [], "an ended request still holds KV blocks"

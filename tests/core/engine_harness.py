@@ -61,7 +61,7 @@ class Harness:
                 budget=engine.blocks.budget,
                 admitted_blocks=[len(s.block_table) for s in batch.admitted],
                 items=[
-                    (s.id, n, s.slot, s.num_cached, s.num_tokens, len(s.prompt_ids))
+                    (s.id, n, s.slot, s.num_computed, s.num_tokens, len(s.prompt_ids))
                     for s, n in batch.items
                 ],
                 dead=[(s.id, s.slot) for s in batch.dead],
@@ -148,7 +148,7 @@ class Harness:
             seen.add("more live than max_slots (live decrease)")
         if info["used_before"] > info["budget"]:
             seen.add("KV used over a shrunk budget")
-        if any(n == 1 and s.num_cached + 1 < s.num_tokens for s, n in batch.items):
+        if any(n == 1 and s.num_computed + 1 < s.num_tokens for s, n in batch.items):
             seen.add("1-token prefill chunk mid-prompt")
         if cfg["policy"] == "chunked" and any(1 < n < s.pending for s, n in batch.items):
             seen.add("partial prefill chunk")

@@ -72,9 +72,9 @@ def check_engine(engine, before: dict) -> dict:
     sch, bm = engine.scheduler, engine.blocks
     bm.check(holders=sch.running)
     for s in sch.waiting:
-        assert s.block_table == [] and s.num_cached == 0
+        assert s.block_table == [] and s.num_computed == 0
     for s in sch.running:  # a sequence's cached prefix lies in its own table
-        assert len(s.block_table) * bm.block_size >= s.num_cached
+        assert len(s.block_table) * bm.block_size >= s.num_computed
     after = registered_kv(engine)
     for b, (key, kv) in after.items():
         if b in before and before[b][0] == key:

@@ -59,7 +59,7 @@ def _decode_state(make_tiny_engine, n: int):
     fb.decode_tables = torch.tensor(
         [s.block_table + [0] * (width - len(s.block_table)) for s in seqs], dtype=torch.int32
     )  # [n, width]
-    fb.decode_lens = torch.tensor([s.num_cached + 1 for s in seqs], dtype=torch.int32)  # [n]
+    fb.decode_lens = torch.tensor([s.num_computed + 1 for s in seqs], dtype=torch.int32)  # [n]
     return engine, fb, rows
 
 

@@ -24,7 +24,9 @@ def test_second_request_reuses_the_shared_prefix(make_tiny_engine, tiny, runner,
     engine = make_tiny_engine(runner=runner, policy=policy, kv_layout=layout)
     first = engine.submit(token_ids=DOC + [1, 2], max_new_tokens=6, ignore_eos=True)
     engine.run_until_idle()
-    assert engine.blocks.num_used == 0 and engine.blocks.num_cached >= 6  # freed, still findable
+    assert (
+        engine.blocks.num_used == 0 and engine.blocks.num_free_findable >= 6
+    )  # freed, still findable
     second = engine.submit(token_ids=DOC + [3, 4, 5], max_new_tokens=6, ignore_eos=True)
     engine.run_until_idle()
     assert first.token_ids == reference(model, DOC + [1, 2])[:6]
@@ -54,7 +56,7 @@ def test_concurrent_holders_share_blocks_and_records_say_so(make_tiny_engine, ti
     engine.run_until_idle()
     for h, p in ((a, DOC + [1]), (b, DOC + [2]), (c, DOC[:12] + [9, 9])):
         assert h.token_ids == reference(model, p)[:8]
-    assert engine.blocks.num_shared == 0 and engine.blocks.num_cached > 0
+    assert engine.blocks.num_shared == 0 and engine.blocks.num_free_findable > 0
 
 
 def test_preempted_request_hits_its_own_blocks(make_tiny_engine, tiny):
@@ -81,11 +83,14 @@ def test_live_switch_off_forgets_and_on_starts_again(make_tiny_engine, tiny):
     a = engine.submit(token_ids=DOC + [1], max_new_tokens=4, ignore_eos=True)
     engine.run_until_idle()
     # positions 0..29 computed (27 prompt + 3 outputs): 7 full blocks
-    assert engine.blocks.num_cached == 7
+    assert engine.blocks.num_free_findable == 7
     engine.reconfigure(prefix_cache=False)
     b = engine.submit(token_ids=DOC + [2], max_new_tokens=4, ignore_eos=True)
     engine.run_until_idle()
-    assert engine.blocks.num_cached == 0 and engine.telemetry.requests[b.id]["cached_tokens"] == 0
+    assert (
+        engine.blocks.num_free_findable == 0
+        and engine.telemetry.requests[b.id]["cached_tokens"] == 0
+    )
     assert any(
         ev["kind"] == "reconfigure" and ev["changes"] == {"prefix_cache": False}
         for r in engine.telemetry.steps
@@ -118,7 +123,7 @@ def test_switch_off_while_blocks_are_shared(make_tiny_engine, tiny):
     engine.reconfigure(prefix_cache=False, kv_blocks=40)
     engine.run_until_idle()
     assert a.token_ids == reference(model, DOC + [1]) and b.token_ids == reference(model, DOC + [2])
-    assert engine.blocks.num_used == engine.blocks.num_cached == 0
+    assert engine.blocks.num_used == engine.blocks.num_free_findable == 0
     engine.blocks.check(holders=[])
 
 

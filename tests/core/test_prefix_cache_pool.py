@@ -50,7 +50,7 @@ class PrefixPoolMachine(RuleBasedStateMachine):
         bm.admit(seq, hits, keys, target)
         assert seq.block_table[: len(hits)] == hits
         assert [bm.ref(b) for b in hits] == [r + 1 for r in refs]
-        seq.num_cached = len(hits) * BS
+        seq.num_computed = len(hits) * BS
         self.hit_blocks += len(hits)
         self.waiting.remove(seq)
         self.running.append(seq)
@@ -61,19 +61,19 @@ class PrefixPoolMachine(RuleBasedStateMachine):
         """Write K/V for the next ``n`` tokens (growing as needed), then register: what a step
         does."""
         bm, seq = self.bm, self.running[pick % len(self.running)]
-        if seq.num_cached >= seq.num_tokens:  # decoding: a new token arrives first
+        if seq.num_computed >= seq.num_tokens:  # decoding: a new token arrives first
             seq.output_ids.append(300 + seq.num_tokens % 3)
-        n = min(n, seq.num_tokens - seq.num_cached)
-        if not bm.can_grow(seq, seq.num_cached + n):
+        n = min(n, seq.num_tokens - seq.num_computed)
+        if not bm.can_grow(seq, seq.num_computed + n):
             return
-        bm.grow(seq, seq.num_cached + n)
-        for pos in range(seq.num_cached, seq.num_cached + n):
+        bm.grow(seq, seq.num_computed + n)
+        for pos in range(seq.num_computed, seq.num_computed + n):
             b = seq.block_table[pos // BS]
             assert bm.ref(b) == 1, "a shared block is being written"
             assert b not in bm._key, "a registered block is being written"
             self.content[b] = tuple(seq.tokens((pos // BS) * BS, pos + 1))
-        seq.num_cached += n
-        bm.register(seq, seq.num_cached)
+        seq.num_computed += n
+        bm.register(seq, seq.num_computed)
 
     @precondition(lambda self: self.running)
     @rule(pick=st.integers(0, 100), preempt=st.booleans())
@@ -83,7 +83,7 @@ class PrefixPoolMachine(RuleBasedStateMachine):
         bm.release(seq)
         for b in table:
             assert bm.ref(b) >= 0
-        seq.num_cached = 0
+        seq.num_computed = 0
         if preempt:  # back to the queue: a re-admission should find its own registered blocks
             self.waiting.append(seq)
 
@@ -98,7 +98,7 @@ class PrefixPoolMachine(RuleBasedStateMachine):
         self.bm.set_caching(on)
         if not on:
             assert (
-                self.bm.num_cached == 0
+                self.bm.num_free_findable == 0
                 and not self.bm.match(Sequence([1] * 9, SamplingParams()))[0]
             )
 
@@ -126,7 +126,7 @@ def test_pool_evicts_least_recently_used_and_never_a_referenced_block():
     a_blocks, b_blocks = list(a.block_table), list(b.block_table)
     bm.release(a)  # a's blocks are cached first: least recently used
     bm.release(b)
-    assert bm.num_cached == 4 and bm.num_used == 0 and bm.num_free == 4
+    assert bm.num_free_findable == 4 and bm.num_used == 0 and bm.num_free == 4
     # the tail of a sequence goes back first, so it is reclaimed first
     assert list(bm._lru) == [a_blocks[1], a_blocks[0], b_blocks[1], b_blocks[0]]
     # shares b's first block
@@ -142,7 +142,7 @@ def test_pool_evicts_least_recently_used_and_never_a_referenced_block():
     # two free blocks are left (a's first, b's second): 3 do not fit
     assert not bm.can_admit([], 12)
     bm.admit(d, [], [], 8)
-    assert set(d.block_table) == {a_blocks[0], b_blocks[1]} and bm.num_cached == 0
+    assert set(d.block_table) == {a_blocks[0], b_blocks[1]} and bm.num_free_findable == 0
     assert bm.ref(b_blocks[0]) == 1  # the referenced block survived every eviction
     bm.check(holders=[c, d])
 
