@@ -1,16 +1,3 @@
-"""Attention ops over Fluxo's paged KV cache: a torch reference (any device) and Triton kernels
-(CUDA)."""
-
-from kernels.attention import (
-    decode_attention,
-    paged_decode_attention,
-    prefill_attention,
-    slots_from_block_tables,
-)
-
-__all__ = [
-    "decode_attention",
-    "paged_decode_attention",
-    "prefill_attention",
-    "slots_from_block_tables",
-]
+"""Attention ops over Fluxo's paged KV cache: a torch reference (any device, ``kernels.attention``)
+and a Triton kernel (CUDA, ``kernels.triton_attention``); the CPU quantized matmuls
+(``kernels.cpu_quant``). Import each from its module."""

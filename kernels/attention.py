@@ -94,7 +94,7 @@ def decode_mask(ctx_lens: torch.Tensor, max_len: int) -> torch.Tensor:
     ]
 
 
-def paged_decode_attention(
+def paged_decode_attention_torch(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,

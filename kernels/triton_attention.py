@@ -1,5 +1,5 @@
 """Triton paged-attention decode kernel: same contract as
-:func:`kernels.attention.paged_decode_attention`.
+:func:`kernels.attention.paged_decode_attention_torch`.
 
 One program per (sequence, KV head). It loads each K/V block of that head once and uses it for every
 query head of the GQA group, walking the sequence's block table with an online softmax (running max
@@ -123,12 +123,12 @@ def _check(
     if not TRITON_AVAILABLE:
         raise RuntimeError(
             f"Triton is not installed ({_IMPORT_ERROR}); `pip install triton` or use "
-            "kernels.attention.paged_decode_attention"
+            "kernels.attention.paged_decode_attention_torch"
         )
     if q.device.type == "cpu" and not INTERPRETED:
         raise RuntimeError(
             "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before importing "
-            "kernels.triton_attention, or use kernels.attention.paged_decode_attention"
+            "kernels.triton_attention, or use kernels.attention.paged_decode_attention_torch"
         )
     bsz, n_heads, head_dim = q.shape
     kv_heads = k_cache.shape[1]
@@ -150,7 +150,7 @@ def _check(
     )
 
 
-def paged_decode_attention(
+def paged_decode_attention_triton(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,

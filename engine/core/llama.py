@@ -124,9 +124,9 @@ class LlamaForward:
         self.device = next(hf_model.parameters()).device
         self.triton_decode = None
         if self.device.type == "cuda":
-            from kernels.triton_attention import TRITON_AVAILABLE, paged_decode_attention
+            from kernels.triton_attention import TRITON_AVAILABLE, paged_decode_attention_triton
 
-            self.triton_decode = paged_decode_attention if TRITON_AVAILABLE else None
+            self.triton_decode = paged_decode_attention_triton if TRITON_AVAILABLE else None
         self.fast = packable(hf_model.lm_head.weight)
         # Quantized projections (engine/core/quant.py): None on the fp32 reference path, and where
         # the kernels cannot run (then ``weights`` says "fp32": what the forward really reads).

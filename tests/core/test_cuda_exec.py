@@ -28,7 +28,7 @@ from engine.core.cuda_host import (
 )
 from engine.core.errors import InvalidConfig
 from engine.core.llama import ForwardBatch
-from kernels.attention import paged_decode_attention
+from kernels.attention import paged_decode_attention_torch
 
 
 def test_bucket_picks_the_smallest_size_that_holds_the_batch():
@@ -92,7 +92,7 @@ def test_padded_decode_gives_the_real_rows_logits_and_touches_only_scratch(make_
         static, pad_decode(fb, size, width, model_runner.cache.scratch_slot, cfg.block_size)
     )
     fwd.triton_decode = (
-        paged_decode_attention  # the Triton kernel's contract, by its torch reference
+        paged_decode_attention_torch  # the Triton kernel's contract, by its torch reference
     )
     try:
         padded = fwd.forward(_graph_batch(static, size), model_runner.cache)  # [4, V]

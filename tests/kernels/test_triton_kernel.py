@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.attention import paged_decode_attention as reference
+from kernels.attention import paged_decode_attention_torch as reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def make_case(name: str, device: str) -> tuple[torch.Tensor, ...]:
 
 
 def rel_err(name: str, device: str) -> float:
-    from kernels.triton_attention import paged_decode_attention as triton_attention
+    from kernels.triton_attention import paged_decode_attention_triton as triton_attention
 
     q, k, v, tables, lens = make_case(name, device)
     bs, scale = CASES[name][1], HEAD_DIM**-0.5
@@ -171,7 +171,7 @@ def test_cpu_without_interpreter_raises_clearly() -> None:
     if m.INTERPRETED:
         pytest.skip("TRITON_INTERPRET is set in this process")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
-        m.paged_decode_attention(*make_case("b1-bs16-h4kv4", "cpu"), 16, HEAD_DIM**-0.5)
+        m.paged_decode_attention_triton(*make_case("b1-bs16-h4kv4", "cpu"), 16, HEAD_DIM**-0.5)
 
 
 def test_imports_without_triton() -> None:
@@ -181,7 +181,7 @@ def test_imports_without_triton() -> None:
         "import sys; sys.modules['triton'] = None; import "
         "test_triton_kernel as t; "
         "import kernels.triton_attention as m; assert not m.TRITON_AVAILABLE\n"
-        "try: m.paged_decode_attention(*t.make_case('b1-bs16-h4kv4', 'cpu'), 16, 0.125)\n"
+        "try: m.paged_decode_attention_triton(*t.make_case('b1-bs16-h4kv4', 'cpu'), 16, 0.125)\n"
         "except RuntimeError as e: assert 'not installed' in str(e), e; print('ok')"
     )
     proc = _run_child(code, {})
