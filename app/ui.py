@@ -16,8 +16,8 @@ import streamlit as st
 
 from app import i18n, recording, state
 from app.browser_view import ORDER
-from app.client import EngineClient, local_exports
-from app.client_types import EngineError
+from app.engine_client import EngineClient, local_exports
+from app.engine_client_types import EngineError
 from app.styles import CHART_ONLY_CSS, CSS, PRELOAD_CSS, PROJECTOR_CSS
 
 STATUS_ICON = {"connected": ":green[●]", "connecting": ":orange[●]", "disconnected": ":red[●]"}

@@ -1,6 +1,6 @@
-"""``python -m engine.client``: the command lives in ``engine.server.client``."""
+"""``python -m engine.client``: the command lives in ``engine.server.chat_cli``."""
 
-from engine.server.client import main
+from engine.server.chat_cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

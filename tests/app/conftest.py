@@ -9,7 +9,7 @@ import pytest
 from recording import record, record_big
 from servers import start_engine, stop
 
-from app.client import EngineClient
+from app.engine_client import EngineClient
 
 PEOPLE = {0: "c7", 5: "c7"}  # the 1st and 6th requests of each burst come from a person's chat
 

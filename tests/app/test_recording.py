@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app import charts, recording
-from app.client import local_exports
+from app.engine_client import local_exports
 from app.recording import BadRecording, parse
 
 ROOT = Path(__file__).resolve().parents[2]

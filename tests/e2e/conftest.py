@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from servers import free_port, start_engine, start_streamlit, stop
 
-from app.client import EngineClient
+from app.engine_client import EngineClient
 
 from .browsing import ARGS, ARTIFACTS, CHROMIUM, COMPARE_SCALE
 

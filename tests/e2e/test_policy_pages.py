@@ -13,7 +13,7 @@ import time
 import pytest
 from servers import start_engine, start_streamlit, stop
 
-from app.client import EngineClient
+from app.engine_client import EngineClient
 
 from .browsing import ARTIFACTS, VIEW, view, wait
 

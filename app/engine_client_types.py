@@ -1,4 +1,4 @@
-"""What the page's connection to the engine (``app/client.py``) answers with and keeps: the
+"""What the page's connection to the engine (``app/engine_client.py``) answers with and keeps: the
 server's error as an exception, one chat's stream, a snapshot of the buffers, and which message
 answers each request (``docs/protocol.md``)."""
 

@@ -8,7 +8,7 @@ by itself with backoff. Pages never touch the socket: they read :meth:`EngineCli
 loop and wait for the server's answer (or raise :class:`EngineError` with the server's code).
 
 The messages and records it hands back (:class:`EngineError`, :class:`ChatStream`,
-:class:`Snapshot`) are in ``app/client_types.py``. One client per Streamlit server process
+:class:`Snapshot`) are in ``app/engine_client_types.py``. One client per Streamlit server process
 (``app/ui.py`` caches it with ``st.cache_resource``), so a classroom of browsers costs the engine
 one telemetry subscriber.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 
-from app.client_types import ANSWERS, ChatStream, EngineError, Snapshot
+from app.engine_client_types import ANSWERS, ChatStream, EngineError, Snapshot
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
 
