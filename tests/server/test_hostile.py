@@ -510,6 +510,11 @@ def test_token_ids_beyond_the_vocabulary_have_their_own_code(serve):
         server, "POST", "/v1/completions", {"prompt": [1, 10**6], "max_tokens": 2}
     )
     assert status == 400 and err["error"]["code"] == "invalid_token_ids"
+    vocab = server.engine.model.config.vocab_size  # the first id out of range, and the last in
+    status, _, err = http(server, "POST", "/v1/completions", {"prompt": [vocab], "max_tokens": 2})
+    assert status == 400 and err["error"]["code"] == "invalid_token_ids"
+    last = {"prompt": [vocab - 1], "max_tokens": 2}
+    assert http(server, "POST", "/v1/completions", last)[0] == 200
     assert http(server, "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2})[0] == 200
 
 
