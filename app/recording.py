@@ -28,9 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.core.config import RUNNERS
 from engine.core.errors import FluxoError
 from engine.core.metrics import summarize
-from engine.core.records import SlotRecord, StepRecord
+from engine.core.records import LANES, PHASES, SlotRecord, StepRecord
+from engine.core.scheduler import HOOKS
+from engine.core.sequence import Status
 
 FORMAT, VERSION = "fluxo-recording", 1
 MAX_BYTES = 64 << 20  # a 64 MB export is ~60,000 step records: more than any class shows
@@ -81,11 +84,7 @@ class Recording:
 
 # -- field by field ------------------------------------------------------------------------------
 BIG = 10**12  # bound of every count and id
-RUNNERS = ("sync", "async")
-PHASES = ("prefill", "decode", "dead", "idle")
-LANES = ("cpu_prepare", "h2d", "compute", "d2h", "cpu_update")
-HOOKS = ("token_budget", "prefill_tokens", "preempt", "admit")  # engine/core/scheduler.HOOKS
-STATUSES = ("queued", "running", "preempted", "finished", "cancelled", "failed")
+STATUSES = tuple(s.value for s in Status)
 KV_FIELDS = (
     "blocks_total",
     "blocks_used",

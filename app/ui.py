@@ -19,14 +19,13 @@ from app.browser_view import ORDER
 from app.engine_client import EngineClient, local_exports
 from app.engine_client_types import EngineError
 from app.styles import CHART_ONLY_CSS, CSS, PRELOAD_CSS, PROJECTOR_CSS
+from engine.core.config import KV_LAYOUTS, LIVE_FIELDS, POLICIES, RUNNERS
 
 STATUS_ICON = {"connected": ":green[●]", "connecting": ":orange[●]", "disconnected": ":red[●]"}
-LIVE = ("policy", "runner", "kv_layout", "max_slots", "chunk_budget", "kv_blocks", "prefix_cache")
-CHOICES = {
-    "policy": ("static", "continuous", "chunked"),
-    "runner": ("sync", "async"),
-    "kv_layout": ("reserved", "paged"),
-}
+# The engine's live fields the page toggles: all but those only a lesson's scenario sets.
+SCENARIO_ONLY = ("fill_timeout_s", "host_work_ms")
+LIVE = tuple(f for f in LIVE_FIELDS if f not in SCENARIO_ONLY)
+CHOICES = {"policy": POLICIES, "runner": RUNNERS, "kv_layout": KV_LAYOUTS}  # the built-in policies
 
 
 @st.cache_resource(show_spinner=False)

@@ -13,15 +13,12 @@ from typing import Any
 
 import altair as alt
 
-from engine.core.metrics import slot_phase
-
-Record = dict[str, Any]
+from engine.core.records import Record
 
 MAX_ROWS = 3000  # per chart, all datasets together
 OVERVIEW_BINS = 300
 
 # One colour per phase, the same in every chart (and in the legend of each).
-PHASES = ("prefill", "decode", "dead", "idle")
 # Colour-blind safe (app/palette.py): the closest pair is 40 Delta E apart under protanopia,
 # deuteranopia and tritanopia alike (the old red "dead" and orange "prefill": 28.6 under
 # deuteranopia, a pair such viewers confuse); tests/app/test_palette.py holds it.
@@ -36,7 +33,6 @@ KV_COLORS = {
     "cached": "#B197FC",
     "free": "#E9ECEF",
 }
-LANES = ("cpu_prepare", "h2d", "compute", "d2h", "cpu_update")
 LANE_COLORS = {
     "cpu_prepare": "#7048E8",
     "h2d": "#0CA678",
@@ -66,7 +62,7 @@ FONT = 16  # readable from the back of a classroom
 STEP_AXIS = {"format": "d", "tickMinStep": 1}
 
 
-def _scale(colors: dict[str, str], domain: Sequence[str]) -> dict:
+def color_scale(colors: dict[str, str], domain: Sequence[str]) -> dict:
     return {"domain": list(domain), "range": [colors[k] for k in domain]}
 
 
@@ -98,12 +94,12 @@ def as_altair(vl: dict, validate: bool = True):
     return cls.from_dict(vl, validate=validate)
 
 
-def _data(rows: list[Record] | None, name: str = "", named: bool = False) -> dict:
+def dataset(rows: list[Record] | None, name: str = "", named: bool = False) -> dict:
     """Inline values, or (``named``) a named dataset the browser view fills."""
     return {"name": name} if named else {"values": rows}
 
 
-def _tip(*fields: str) -> list[dict]:
+def tooltip(*fields: str) -> list[dict]:
     out = []
     for f in fields:
         name, _, typ = f.partition(":")
@@ -116,14 +112,14 @@ def _tip(*fields: str) -> list[dict]:
     return out
 
 
-def _step_scale(domain: list[int] | None = None) -> dict:
+def step_scale(domain: list[int] | None = None) -> dict:
     """A scale on step numbers, neither rounded out nor stretched to zero; ``domain`` pins it."""
     if domain is None:
         return {"nice": False, "zero": False}
     return {"domain": domain, "nice": False, "zero": False}
 
 
-def _step_x(scale: dict, field: str = "step") -> dict:
+def step_x(scale: dict, field: str = "step") -> dict:
     """A quantitative x on step numbers, with integer ticks."""
     return {
         "field": field,
@@ -139,10 +135,7 @@ def window(steps: Sequence[Record], last: int) -> list[Record]:
     return steps[-last:] if last and len(steps) > last else steps
 
 
-_phase = slot_phase  # as ``engine.core.metrics.slot_counts`` counts it (one definition)
-
-
-def _bins(steps: Sequence[Record], bins: int) -> list[Sequence[Record]]:
+def step_bins(steps: Sequence[Record], bins: int) -> list[Sequence[Record]]:
     """Consecutive records grouped by ``step // k`` (k = ceil(len / bins)): buckets aligned to step
     numbers, so appending steps changes only the last bucket (the browser view updates in place)."""
     k = max(1, math.ceil(len(steps) / bins))

@@ -9,24 +9,24 @@ from collections.abc import Sequence
 from app.charts.common import (
     KV_COLORS,
     KV_STATES,
-    Record,
-    _bins,
-    _data,
-    _scale,
-    _step_scale,
-    _step_x,
-    _tip,
+    color_scale,
+    dataset,
     spec,
+    step_bins,
+    step_scale,
+    step_x,
+    tooltip,
     window,
 )
+from engine.core.records import Record
 
 
-def _block_size(rec: Record, default: int = 16) -> int:
+def record_block_size(rec: Record, default: int = 16) -> int:
     kv = rec["kv"]
     return kv["tokens_allocated"] // kv["blocks_used"] if kv["blocks_used"] else default
 
 
-def _kv_split(kv: Record, bs: int) -> tuple[float, float, float, float, float]:
+def kv_split(kv: Record, bs: int) -> tuple[float, float, float, float, float]:
     """One step's pool in tokens: stored, shared, allocated-unused, cached, free (summing to the
     budget). Shared blocks are carved out of the stored tokens, cached ones out of the free."""
     total = kv["blocks_total"] * bs
@@ -47,12 +47,14 @@ def kv_series(
     rows: list[Record] = []
     if not steps:
         return rows
-    bs = block_size or next((_block_size(r) for r in reversed(steps) if r["kv"]["blocks_used"]), 16)
-    for chunk in _bins(steps, bins):
+    bs = block_size or next(
+        (record_block_size(r) for r in reversed(steps) if r["kv"]["blocks_used"]), 16
+    )
+    for chunk in step_bins(steps, bins):
         n = len(chunk)
         sums = [0.0] * len(KV_STATES)
         for r in chunk:
-            for j, v in enumerate(_kv_split(r["kv"], bs)):
+            for j, v in enumerate(kv_split(r["kv"], bs)):
                 sums[j] += v
         for j, state in enumerate(KV_STATES):
             rows.append(
@@ -85,7 +87,7 @@ def _block_owners(steps: Sequence[Record]) -> list[tuple[str, int | None, int | 
     """Every block of the pool at the last step, as (state, request, slot), grouped by owner."""
     rec = steps[-1]
     kv = rec["kv"]
-    bs = _block_size(rec)
+    bs = record_block_size(rec)
     total, used = kv["blocks_total"], kv["blocks_used"]
     shared = min(used, kv.get("blocks_shared") or 0)
     cached = min(max(0, total - used), kv.get("blocks_cached") or 0)
@@ -147,11 +149,11 @@ def kv_chart(
     kv_color = {
         "field": "state",
         "type": "nominal",
-        "scale": _scale(KV_COLORS, KV_STATES),
+        "scale": color_scale(KV_COLORS, KV_STATES),
         "title": "KV",
     }
     area = {
-        "data": _data(None if named else kv_series(win), "kv_series", named),
+        "data": dataset(None if named else kv_series(win), "kv_series", named),
         "height": height,
         "width": 520,
         "title": {
@@ -160,15 +162,15 @@ def kv_chart(
         },
         "mark": {"type": "area", "interpolate": "step-after"},
         "encoding": {
-            "x": _step_x(_step_scale()),
+            "x": step_x(step_scale()),
             "y": {"field": "tokens", "type": "quantitative", "stack": "zero", "title": "KV tokens"},
             "color": kv_color,
             "order": {"field": "order", "type": "quantitative"},
-            "tooltip": _tip("step:Q", "state:N", "tokens:Q"),
+            "tooltip": tooltip("step:Q", "state:N", "tokens:Q"),
         },
     }
     grid = {
-        "data": _data(None if named else block_map(win), "blocks", named),
+        "data": dataset(None if named else block_map(win), "blocks", named),
         "height": height,
         "width": height,
         "title": {"text": "block pool now", "subtitle": "one cell per block, grouped by owner"},
@@ -177,7 +179,7 @@ def kv_chart(
             "x": {"field": "col", "type": "ordinal", "axis": None},
             "y": {"field": "row", "type": "ordinal", "axis": None},
             "color": kv_color,
-            "tooltip": _tip("state:N", "request:Q", "slot:Q", "blocks:Q"),
+            "tooltip": tooltip("state:N", "request:Q", "slot:Q", "blocks:Q"),
         },
     }
     return spec({"hconcat": [area, grid], "spacing": 24})

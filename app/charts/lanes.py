@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.charts.common import LANE_COLORS, LANES, Record, _data, _scale, _tip, spec, window
+from app.charts.common import LANE_COLORS, color_scale, dataset, spec, tooltip, window
+from engine.core.records import LANES, Record
 
 
 def lane_spans(steps: Sequence[Record], last: int = 12) -> list[Record]:
@@ -57,7 +58,7 @@ def lane_chart(
         f"device busy {100 * device_busy(spans):.0f}% of the time"
     )
     body: dict = {
-        "data": _data(spans, "lanes", named),
+        "data": dataset(spans, "lanes", named),
         "height": height,
         "width": "container",
         "title": {
@@ -80,10 +81,10 @@ def lane_chart(
             "color": {
                 "field": "lane",
                 "type": "nominal",
-                "scale": _scale(LANE_COLORS, LANES),
+                "scale": color_scale(LANE_COLORS, LANES),
                 "legend": None,
             },
-            "tooltip": _tip("lane:N", "step:Q", "ms:Q"),
+            "tooltip": tooltip("lane:N", "step:Q", "ms:Q"),
         },
     }
     if named:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from app.charts.common import Record
 from app.charts.kv import kv_chart
 from app.charts.lanes import lane_chart
 from app.charts.slots import slot_chart
 from app.charts.stalls import stall_chart
+from engine.core.records import Record
 
 
 def all_charts(

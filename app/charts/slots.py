@@ -12,18 +12,17 @@ from app.charts.common import (
     MAX_ROWS,
     OVERVIEW_BINS,
     PHASE_COLORS,
-    PHASES,
-    Record,
-    _bins,
-    _data,
-    _phase,
-    _scale,
-    _step_scale,
-    _step_x,
-    _tip,
+    color_scale,
+    dataset,
     spec,
+    step_bins,
+    step_scale,
+    step_x,
+    tooltip,
     window,
 )
+from engine.core.metrics import slot_phase
+from engine.core.records import PHASES, Record
 
 SPAN_FIELDS = ("slot", "request", "phase", "start", "end", "tokens", "who")
 
@@ -59,7 +58,7 @@ def slot_spans(
             open_.clear()
         seen = set()
         for s in rec["slots"]:
-            slot, phase = s["slot"], _phase(s)
+            slot, phase = s["slot"], slot_phase(s)
             seen.add(slot)
             cur = open_.get(slot)
             if (
@@ -90,11 +89,11 @@ def overview(steps: Sequence[Record], bins: int = OVERVIEW_BINS) -> list[Record]
     rows: list[Record] = []
     if not steps:
         return rows
-    for chunk in _bins(steps, bins):
+    for chunk in step_bins(steps, bins):
         counts = dict.fromkeys(PHASES, 0)
         for rec in chunk:
             for s in rec["slots"]:
-                counts[_phase(s)] += 1
+                counts[slot_phase(s)] += 1
         for phase in PHASES:
             rows.append(
                 {
@@ -108,7 +107,7 @@ def overview(steps: Sequence[Record], bins: int = OVERVIEW_BINS) -> list[Record]
     return rows
 
 
-def _fit_window(
+def fit_window(
     steps: Sequence[Record], last: int, people: set[int], budget: int
 ) -> tuple[list[Record], list[Record]]:
     """The last ``last`` steps, shrunk until their spans fit in ``budget`` rows."""
@@ -126,18 +125,18 @@ def _slot_rows(
     """Inline data: the window's span rows and queue rows, the window, the x scale (the window's
     steps) and whether the slots are many (smaller labels)."""
     budget = MAX_ROWS - (OVERVIEW_BINS * len(PHASES) if with_overview else 0) - last
-    win, spans = _fit_window(steps, last, people, budget)
+    win, spans = fit_window(steps, last, people, budget)
     rows = [{k: sp[k] for k in SPAN_FIELDS} for sp in spans]
     lo = win[0]["step"] if win else 0
     hi = (win[-1]["step"] + 1) if win else 1
     many = max((r["slot"] for r in rows), default=0) > 16
-    return rows, queue_series(win), win, _step_scale([lo, hi]), many
+    return rows, queue_series(win), win, step_scale([lo, hi]), many
 
 
 def _gantt(rows, named: bool, height: int, title: str, xs: dict, many: bool) -> dict:
     person = "datum.who === 'person'"
     return {
-        "data": _data(rows, "spans", named),
+        "data": dataset(rows, "spans", named),
         "height": height,
         "width": "container",
         "title": {
@@ -146,7 +145,7 @@ def _gantt(rows, named: bool, height: int, title: str, xs: dict, many: bool) -> 
         },
         "mark": {"type": "bar", "height": {"band": 0.85}},
         "encoding": {
-            "x": _step_x(xs, "start"),
+            "x": step_x(xs, "start"),
             "x2": {"field": "end"},
             "y": {
                 "field": "slot",
@@ -157,12 +156,12 @@ def _gantt(rows, named: bool, height: int, title: str, xs: dict, many: bool) -> 
             "color": {
                 "field": "phase",
                 "type": "nominal",
-                "scale": _scale(PHASE_COLORS, PHASES),
+                "scale": color_scale(PHASE_COLORS, PHASES),
                 "title": "phase",
             },
             "stroke": {"condition": {"test": person, "value": CHAT_COLOR}, "value": None},
             "strokeWidth": {"condition": {"test": person, "value": 3}, "value": 0},
-            "tooltip": _tip(
+            "tooltip": tooltip(
                 "slot:O", "request:Q", "phase:N", "who:N", "start:Q", "end:Q", "tokens:Q"
             ),
         },
@@ -171,12 +170,12 @@ def _gantt(rows, named: bool, height: int, title: str, xs: dict, many: bool) -> 
 
 def _queue(rows, named: bool, xs: dict) -> dict:
     return {
-        "data": _data(rows, "queue", named),
+        "data": dataset(rows, "queue", named),
         "height": 80,
         "width": "container",
         "mark": {"type": "area", "color": "#868E96", "opacity": 0.6, "interpolate": "step-after"},
         "encoding": {
-            "x": _step_x(xs),
+            "x": step_x(xs),
             "y": {
                 "field": "queue",
                 "type": "quantitative",
@@ -184,14 +183,14 @@ def _queue(rows, named: bool, xs: dict) -> dict:
                 "axis": {"format": "d", "tickMinStep": 1},
                 "scale": {"domainMin": 0, "nice": True},
             },
-            "tooltip": _tip("step:Q", "queue:Q"),
+            "tooltip": tooltip("step:Q", "queue:Q"),
         },
     }
 
 
 def _overview_area(rows, named: bool) -> dict:
     return {
-        "data": _data(rows, "overview", named),
+        "data": dataset(rows, "overview", named),
         "height": 70,
         "width": "container",
         "mark": {"type": "area", "interpolate": "step-after"},
@@ -200,7 +199,7 @@ def _overview_area(rows, named: bool) -> dict:
                 "field": "step",
                 "type": "quantitative",
                 "title": "whole buffer (binned): slots per phase",
-                "scale": _step_scale(),
+                "scale": step_scale(),
             },
             "y": {
                 "field": "slots",
@@ -212,11 +211,11 @@ def _overview_area(rows, named: bool) -> dict:
             "color": {
                 "field": "phase",
                 "type": "nominal",
-                "scale": _scale(PHASE_COLORS, PHASES),
+                "scale": color_scale(PHASE_COLORS, PHASES),
                 "title": "phase",
             },
             "order": {"field": "order", "type": "quantitative"},
-            "tooltip": _tip("step:Q", "phase:N", "slots:Q"),
+            "tooltip": tooltip("step:Q", "phase:N", "slots:Q"),
         },
     }
 
@@ -235,7 +234,7 @@ def slot_chart(
     it, and an overview of the whole buffer. ``named``: datasets ``spans``, ``queue``, ``overview``
     (``slots`` sizes the slot labels then, as no rows are known)."""
     if named:
-        rows, queue_rows, win, xs, many = None, None, [], _step_scale(), slots > 16
+        rows, queue_rows, win, xs, many = None, None, [], step_scale(), slots > 16
     else:
         rows, queue_rows, win, xs, many = _slot_rows(steps, set(people), last, with_overview)
     bars = _gantt(rows, named, height, title, xs, many)

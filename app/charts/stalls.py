@@ -12,14 +12,14 @@ from app.charts.common import (
     PHASE_COLORS,
     SLOW_FACTOR,
     STALL_FACTOR,
-    Record,
-    _data,
-    _step_scale,
-    _step_x,
-    _tip,
+    dataset,
     spec,
+    step_scale,
+    step_x,
+    tooltip,
 )
 from engine.core.metrics import step_window
+from engine.core.records import Record
 
 STALL_SERIES = ("ITL median", "ITL max", "step measured", "step expected")
 
@@ -155,7 +155,7 @@ ADMISSION_TIP = ("step:Q", "admitted:Q", "requests:N", "prefill_tokens:Q", "cach
 
 def _prefill_layer(rows, named: bool, x: dict) -> dict:
     return {
-        "data": _data(None if named else prefill_bars(rows), "prefill", named),
+        "data": dataset(None if named else prefill_bars(rows), "prefill", named),
         "mark": {"type": "bar", "color": ORANGE, "opacity": 0.3, "width": 4},
         "encoding": {
             "x": x,
@@ -165,19 +165,19 @@ def _prefill_layer(rows, named: bool, x: dict) -> dict:
                 "title": "prefill tokens in the step",
                 "axis": {"orient": "right", "titleColor": ORANGE},
             },
-            "tooltip": _tip("step:Q", "prefill_tokens:Q"),
+            "tooltip": tooltip("step:Q", "prefill_tokens:Q"),
         },
     }
 
 
 def _machine_layer(rows, named: bool, x: dict) -> dict:
     return {
-        "data": _data(None if named else machine_markers(rows), "machine", named),
+        "data": dataset(None if named else machine_markers(rows), "machine", named),
         "mark": {"type": "rect", "color": MACHINE_COLOR, "opacity": 0.25},
         "encoding": {
             "x": x,
             "x2": {"field": "step_end"},
-            "tooltip": _tip("step:Q", "step_ms:Q", "expected_ms:Q", "times_expected:Q"),
+            "tooltip": tooltip("step:Q", "step_ms:Q", "expected_ms:Q", "times_expected:Q"),
         },
     }
 
@@ -194,28 +194,28 @@ def _series_channel(channel: dict, values: list) -> dict:
 
 def _lines_layer(rows, named: bool, x: dict) -> dict:
     return {
-        "data": _data(None if named else stall_lines(rows), "itl_lines", named),
+        "data": dataset(None if named else stall_lines(rows), "itl_lines", named),
         "mark": {"type": "line", "strokeWidth": 2.5, "point": {"size": 18}},
         "encoding": {
             "x": x,
             "y": {"field": "ms", "type": "quantitative", "title": "ms (ITL, step time)"},
             "color": _series_channel({"title": None}, ["#1C7ED6", "#C92A2A", "#343A40", "#868E96"]),
             "strokeDash": _series_channel({"legend": None}, [[1, 0], [1, 0], [1, 0], [6, 4]]),
-            "tooltip": _tip("step:Q", "series:N", "ms:Q"),
+            "tooltip": tooltip("step:Q", "series:N", "ms:Q"),
         },
     }
 
 
 def _admission_layers(marks, named: bool, x: dict) -> tuple[dict, dict]:
     """A dashed rule over each admitting step, and a ▼ at its foot."""
-    tip = _tip(*ADMISSION_TIP, "stall:N")
+    tip = tooltip(*ADMISSION_TIP, "stall:N")
     rule = {
-        "data": _data(marks, "admissions", named),
+        "data": dataset(marks, "admissions", named),
         "mark": {"type": "rule", "color": ORANGE, "strokeDash": [4, 3], "strokeWidth": 1.5},
         "encoding": {"x": x, "tooltip": tip},
     }
     point = {
-        "data": _data(marks, "admissions", named),
+        "data": dataset(marks, "admissions", named),
         "mark": {
             "type": "point",
             "shape": "triangle-down",
@@ -240,12 +240,12 @@ def stall_chart(
     rule on every step that admitted a request, a purple band on every step the machine slowed.
     ``named``: datasets ``prefill``, ``admissions``, ``machine``, ``itl_lines``."""
     rows: list[Record] = []
-    x = _step_x(_step_scale())
+    x = step_x(step_scale())
     if not named:
         rows = itl_per_step(steps)
         rows = rows[-last:] if last else rows
         lo, hi = (rows[0]["step"], rows[-1]["step"] + 1) if rows else (0, 1)
-        x = _step_x(_step_scale([lo, hi]))
+        x = step_x(step_scale([lo, hi]))
     rule, point = _admission_layers(None if named else admission_markers(rows), named, x)
     subtitle = [
         "▼ (prefill colour): a step that admitted (bars: its prefill tokens, right axis)",

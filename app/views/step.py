@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from app import browser_view, charts, i18n, policy_notes, state, ui
+from engine.core.metrics import slot_phase
 
 ctx = ui.page_setup("step_title", "step_caption")
 w, lang = ctx.w, ctx.lang
@@ -94,7 +95,7 @@ def pick_step(steps: list[dict]) -> int:
 
 def batch_table(rec: dict, upto: list[dict], people: set[int]) -> pd.DataFrame:
     held = charts.request_kv_tokens(upto)
-    bs = charts._block_size(rec)
+    bs = charts.record_block_size(rec)
     rows = []
     for s in rec["slots"]:
         rid = s["request"]
@@ -106,7 +107,7 @@ def batch_table(rec: dict, upto: list[dict], people: set[int]) -> pd.DataFrame:
                 w["col_who"]: ""
                 if rid is None
                 else w["person" if rid in people else "traffic_who"],
-                w["col_phase"]: charts._phase(s),
+                w["col_phase"]: slot_phase(s),
                 w["col_tokens"]: s["tokens"],
                 w["col_kv_tokens"]: tok,
                 w["col_kv_blocks"]: None if tok is None else -(-tok // bs),

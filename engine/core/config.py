@@ -11,7 +11,7 @@ from engine.core.policy import registry
 
 POLICIES = registry.BUILTIN_NAMES  # ("static", "continuous", "chunked"); loaded ones: names()
 RUNNERS = ("sync", "async")
-KV_LAYOUTS = ("paged", "reserved")
+KV_LAYOUTS = ("reserved", "paged")  # the naive one first, as in POLICIES and RUNNERS
 DTYPES = ("float32", "bfloat16", "float64")
 # Weight formats of the CPU float32 forward (engine/core/quant.py): the fp32 reference, the GGUF's
 # own Q4_1/Q8_0 blocks ("q4"), or Q8_0 throughout ("q8"). Not live: it changes the loaded weights.

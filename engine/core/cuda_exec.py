@@ -62,7 +62,7 @@ from engine.core.cuda_host import (  # the host-side parts (tested on the CPU)
 from engine.core.llama import ForwardBatch
 from engine.core.sampler import sample
 
-LANES = ("h2d", "compute", "d2h")
+CUDA_LANES = ("h2d", "compute", "d2h")  # the spans of its three streams
 
 
 # -- the GPU parts ---------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ class CudaExecutor:
         k = self.staging.acquire()
         marks = {
             lane: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for lane in LANES
+            for lane in CUDA_LANES
         }
         with torch.cuda.stream(self.h2d):
             marks["h2d"][0].record(self.h2d)

@@ -3,10 +3,9 @@
 ``submit``/``cancel``/``reconfigure``/``pause`` are safe to call from any thread; they take
 effect between steps. ``step()`` runs on one thread (the server's engine thread, or the caller).
 
-A step is prepare -> execute -> finish (nano-vllm's schedule, run, postprocess): ``prepare``
-drains the inbox, schedules and builds the flat batch; the runner (``engine/core/runners.py``,
-sync or async) executes it on the device thread; ``finish`` writes the tokens back, streams them
-and ends the requests that stopped. The step record is built by ``engine/core/step_record.py``.
+A step is prepare -> execute -> finish (nano-vllm's schedule, run, postprocess): ``prepare`` drains
+the inbox, schedules, builds the flat batch; the runner (``runners.py``: sync or async) executes it
+on the device thread; ``finish`` streams the tokens, ends requests, records (``step_record.py``).
 """
 
 from __future__ import annotations
@@ -26,11 +25,12 @@ from engine.core.inbox import Inbox
 from engine.core.model import eos_ids, load_for_engine
 from engine.core.model_runner import ModelRunner
 from engine.core.policy import registry as policies
+from engine.core.records import Record
 from engine.core.requests import RequestHandle, check_params, check_token_ids, detokenize, encode
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import PLACEHOLDER, Event, Sequence, Status
 from engine.core.step_record import Work, observe_cost, slots_view, step_record, step_work
-from engine.core.telemetry import Record, Telemetry
+from engine.core.telemetry import Telemetry
 from kernels import cpu_quant
 
 log = logging.getLogger("fluxo.engine")
@@ -103,7 +103,7 @@ class Engine:
         handle = RequestHandle(seq)
 
         def deliver(event: Event) -> None:
-            handle._push(event)
+            handle.push(event)
             if sink is not None:
                 sink(event)
 

@@ -13,7 +13,7 @@ import torch
 QK = 32
 
 
-def _unpermute_rows(rows: torch.Tensor, n_head: int) -> torch.Tensor:
+def unpermute_rows(rows: torch.Tensor, n_head: int) -> torch.Tensor:
     """Undo llama.cpp's q/k row interleave for rotary (transformers undoes it the same way)."""
     dim = rows.shape[0] // n_head // 2
     return rows.reshape(n_head, dim, 2, -1).transpose(1, 2).reshape(rows.shape)  # [N, bytes]
@@ -46,7 +46,7 @@ _SCALAR = {
 }
 
 
-def _gguf_tensors(path: str | Path) -> dict[str, tuple[int, list[int], int]]:
+def gguf_tensors(path: str | Path) -> dict[str, tuple[int, list[int], int]]:
     """Name -> (ggml type, dims, absolute byte offset) from a GGUF file's header.
 
     A small reader of its own: gguf-py's reader decodes every metadata field (the 49,152-token
@@ -104,7 +104,7 @@ def gguf_blocks(path: str | Path, config) -> dict[str, tuple[str, torch.Tensor]]
 
     raw = np.memmap(path, dtype=np.uint8, mode="r")
     out: dict[str, tuple[str, torch.Tensor]] = {}
-    for name, (kind, dims, offset) in _gguf_tensors(path).items():
+    for name, (kind, dims, offset) in gguf_tensors(path).items():
         if kind not in GGUF_TYPES:
             continue
         fmt, nbytes = GGUF_TYPES[kind]
@@ -120,8 +120,8 @@ def gguf_blocks(path: str | Path, config) -> dict[str, tuple[str, torch.Tensor]]
         if parts[0] != "blk" or parts[2] not in GGUF_NAMES:
             continue
         if parts[2] == "attn_q":
-            rows = _unpermute_rows(rows, config.num_attention_heads)
+            rows = unpermute_rows(rows, config.num_attention_heads)
         elif parts[2] == "attn_k":
-            rows = _unpermute_rows(rows, config.num_key_value_heads)
+            rows = unpermute_rows(rows, config.num_key_value_heads)
         out[f"model.layers.{parts[1]}.{GGUF_NAMES[parts[2]]}"] = (fmt, rows.contiguous())
     return out

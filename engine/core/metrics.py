@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-Record = dict[str, Any]
+from engine.core.records import Record
+
 NAN = float("nan")
 
 

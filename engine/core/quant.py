@@ -31,12 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.core.gguf_blocks import (  # noqa: F401  re-exported: tests use quant.*
-    GGUF_NAMES,
-    _gguf_tensors,
-    _unpermute_rows,
-    gguf_blocks,
-)
+from engine.core.gguf_blocks import GGUF_NAMES, gguf_blocks
 from kernels import cpu_quant
 
 log = logging.getLogger("fluxo.engine")

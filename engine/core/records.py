@@ -8,10 +8,13 @@ field means. ``engine/core/telemetry.py`` builds request records, ``Engine._reco
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args
 
+Record = dict[str, Any]  # a record where its TypedDict is not needed (telemetry, metrics, charts)
 Phase = Literal["prefill", "decode", "dead", "idle"]
 Lane = Literal["cpu_prepare", "h2d", "compute", "d2h", "cpu_update"]
+PHASES: tuple[Phase, ...] = get_args(Phase)  # a slot's phase in a step
+LANES: tuple[Lane, ...] = get_args(Lane)  # the lanes of a step's spans, in the trace's order
 
 
 class SlotRecord(TypedDict):

@@ -96,7 +96,7 @@ class RequestHandle:
         self.id = seq.id
         self._events: queue.Queue[Event] = queue.Queue()
 
-    def _push(self, event: Event) -> None:
+    def push(self, event: Event) -> None:
         self._events.put(event)
 
     def __iter__(self) -> Iterator[Event]:

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
+from engine.core.records import Record
 from engine.core.sequence import PLACEHOLDER
 from engine.core.step_record import Work, kv_view
-from engine.core.telemetry import Record, Telemetry
+from engine.core.telemetry import Telemetry
 
 if TYPE_CHECKING:  # types only: these modules never import this one
     from engine.core.block_manager import BlockManager

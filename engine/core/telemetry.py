@@ -13,11 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.core.records import RequestRecord
+from engine.core.records import LANES, Record, RequestRecord
 from engine.core.sequence import Sequence
-
-Record = dict[str, Any]
-LANES = ("cpu_prepare", "h2d", "compute", "d2h", "cpu_update")
 
 
 def request_record(seq: Sequence) -> RequestRecord:  # the contract: engine/core/records.py

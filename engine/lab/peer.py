@@ -31,7 +31,7 @@ class PeerResult:
     note: str
 
 
-def _prompt_ids(tokenizer: Any, items: list[WorkItem]) -> list[list[int]]:
+def prompt_ids(tokenizer: Any, items: list[WorkItem]) -> list[list[int]]:
     out = []
     for it in items:
         ids = tokenizer.apply_chat_template(
@@ -57,7 +57,7 @@ def _result(
 def hf_static(model: Any, tokenizer: Any, items: list[WorkItem], slots: int) -> PeerResult:
     """``model.generate`` over static batches of ``slots`` requests, in arrival order."""
     order = sorted(items, key=lambda it: it.arrival_s)
-    prompts = _prompt_ids(tokenizer, order)
+    prompts = prompt_ids(tokenizer, order)
     pad_id = model.config.pad_token_id or 0
     with torch.inference_mode():
         # One token of warm-up so one-time allocator/kernel setup is not billed to the first batch
@@ -107,7 +107,7 @@ def hf_continuous(
 ) -> PeerResult:
     """transformers' ContinuousBatchingManager: all requests submitted at once, each with its own
     length."""
-    prompts = _prompt_ids(tokenizer, items)
+    prompts = prompt_ids(tokenizer, items)
     page = ContinuousBatchingConfig.page_size
     need = sum(
         ceil_div(len(p) + it.max_new_tokens, page) for p, it in zip(prompts, items, strict=False)

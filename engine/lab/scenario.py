@@ -57,7 +57,7 @@ def measure_peer(
     items = build_workload(spec, tok, scale)
     slots = int(config.get("max_slots", 8))
     res = peers.hf_static(model, tok, items, slots)
-    ids = peers._prompt_ids(tok, sorted(items, key=lambda it: it.arrival_s))
+    ids = peers.prompt_ids(tok, sorted(items, key=lambda it: it.arrival_s))
     batches = [ids[b : b + slots] for b in range(0, len(ids), slots)]
     padded = sum(len(b) * max(map(len, b)) for b in batches)
     real = sum(map(len, ids))

@@ -105,12 +105,12 @@ class Conn:
         lines = head.split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
-            raise BadRequest(f"not an HTTP/1.x request line: {protocol._show(lines[0])}")
+            raise BadRequest(f"not an HTTP/1.x request line: {protocol.show(lines[0])}")
         headers: dict[str, str] = {}
         for line in lines[1:]:
             name, sep, value = line.partition(":")
             if not sep or not name or name != name.strip():
-                raise BadRequest(f"malformed header line: {protocol._show(line)}")
+                raise BadRequest(f"malformed header line: {protocol.show(line)}")
             name = name.lower()
             if name == "content-length" and name in headers and headers[name] != value.strip():
                 raise BadRequest("conflicting Content-Length headers")
@@ -126,7 +126,7 @@ class Conn:
                 raise LengthRequired("a POST needs a Content-Length header")
             return
         if not (raw.isascii() and raw.isdigit()):  # '²'.isdigit() is True, int('²') fails
-            raise BadRequest(f"Content-Length must be a number of bytes, got {protocol._show(raw)}")
+            raise BadRequest(f"Content-Length must be a number of bytes, got {protocol.show(raw)}")
         length = int(raw)
         expect = req.headers.get("expect", "").lower() == "100-continue" and length > len(self.buf)
         if length > self.max_body:

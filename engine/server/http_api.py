@@ -171,7 +171,7 @@ class HttpApi:
             return Reply(
                 *error_body(
                     "model_not_found",
-                    f"no model {protocol._show(path[11:])}; this server serves {self.model_id!r}",
+                    f"no model {protocol.show(path[11:])}; this server serves {self.model_id!r}",
                     "model",
                 )
             )
@@ -180,7 +180,7 @@ class HttpApi:
                 *error_body("method_not_allowed", f"{path} takes POST" + self._post_hint())
             )
         if path.startswith("/v1/"):
-            return Reply(*error_body("not_found", f"no endpoint {protocol._show(path)}"))
+            return Reply(*error_body("not_found", f"no endpoint {protocol.show(path)}"))
         return None
 
     def _post_hint(self) -> str:
@@ -287,10 +287,10 @@ class HttpApi:
             host, origin = req.headers.get("host"), req.headers.get("origin")
             conn.cors = self.cors_for(origin)
             if not self.server.origins.host_ok(host):
-                raise protocol.ForbiddenOrigin(f"Host {protocol._show(host)} is not this machine")
+                raise protocol.ForbiddenOrigin(f"Host {protocol.show(host)} is not this machine")
             if not (self.server.origins.cors_any or self.server.origins.origin_ok(origin, host)):
                 raise protocol.ForbiddenOrigin(
-                    f"a page of {protocol._show(origin)} may not use this lab's API "
+                    f"a page of {protocol.show(origin)} may not use this lab's API "
                     "(--allow-origin adds one)"
                 )
             if req.method == "OPTIONS":  # a browser's CORS preflight (allowed origins only)
@@ -318,9 +318,9 @@ class HttpApi:
                 "/v1/completions",
             )
             if not known and not path.startswith("/v1/models/"):
-                raise NotFound(f"no endpoint {protocol._show(path)}")
+                raise NotFound(f"no endpoint {protocol.show(path)}")
             if req.method != "GET":
-                raise MethodNotAllowed(f"{path} does not take {protocol._show(req.method)}")
+                raise MethodNotAllowed(f"{path} does not take {protocol.show(req.method)}")
             reply = self.get(path)
             await conn.send(reply.status, reply.body, reply.ctype, keep)
             return keep

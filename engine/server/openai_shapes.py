@@ -115,7 +115,7 @@ def error_body(code: str, message: str, param: str | None = None) -> tuple[int, 
 
 
 def _bad(name: str, want: str, got: object) -> FluxoError:
-    exc = protocol.BadField(f"{name} must be {want}, got {protocol._show(got)}")
+    exc = protocol.BadField(f"{name} must be {want}, got {protocol.show(got)}")
     exc.param = name  # type: ignore[attr-defined]
     return exc
 
@@ -173,7 +173,7 @@ def _content(m: dict) -> str:
                 )
             if part["type"] != "text":
                 exc = Unsupported(
-                    f"content parts of type {protocol._show(part['type'])} are not supported; "
+                    f"content parts of type {protocol.show(part['type'])} are not supported; "
                     "this model reads text"
                 )
                 exc.param = "messages"  # type: ignore[attr-defined]

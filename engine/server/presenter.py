@@ -91,7 +91,7 @@ class PresenterMessages:
         action = msg.get("action")
         if action not in ("start", "stop"):
             raise protocol.BadField(
-                f"traffic action must be start or stop, got {protocol._show(action)}"
+                f"traffic action must be start or stop, got {protocol.show(action)}"
             )
         self._stop_traffic()
         if action == "start":
@@ -164,7 +164,7 @@ class PresenterMessages:
         if workload not in self.comparison.workloads:
             raise protocol.BadField(
                 f"workload must be one of {', '.join(self.comparison.workloads)}, got "
-                f"{protocol._show(workload)}"
+                f"{protocol.show(workload)}"
             )
         a, b = msg.get("a", {}), msg.get("b", {})
         if not isinstance(a, dict) or not isinstance(b, dict):

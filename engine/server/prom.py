@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.core.telemetry import Record
+from engine.core.records import Record
 
 # Bucket upper bounds in seconds (tokens for the per-step histogram). On this CPU a SmolLM2 decode
 # step is ~45 ms and a 384-token prefill ~0.6 s, so the fine buckets sit around those.

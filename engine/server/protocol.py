@@ -130,14 +130,14 @@ def get_int(msg: dict, name: str, default: int | None, lo: int, hi: int) -> int 
     if v is None and default is None:
         return None
     if not is_int(v) or not lo <= v <= hi:
-        raise BadField(f"{name} must be an integer in [{lo}, {hi}], got {_show(v)}")
+        raise BadField(f"{name} must be an integer in [{lo}, {hi}], got {show(v)}")
     return v
 
 
 def get_float(msg: dict, name: str, default: float, lo: float, hi: float) -> float:
     v = msg.get(name, default)
     if not is_finite(v) or not lo <= v <= hi:
-        raise BadField(f"{name} must be a number in [{lo}, {hi}], got {_show(v)}")
+        raise BadField(f"{name} must be a number in [{lo}, {hi}], got {show(v)}")
     return float(v)
 
 
@@ -146,11 +146,11 @@ def get_str(msg: dict, name: str, default: str | None, max_len: int) -> str | No
     if v is None and default is None:
         return None
     if not isinstance(v, str) or len(v) > max_len:
-        raise BadField(f"{name} must be a string of at most {max_len} characters, got {_show(v)}")
+        raise BadField(f"{name} must be a string of at most {max_len} characters, got {show(v)}")
     return v
 
 
-def _show(v: object) -> str:
+def show(v: object) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -191,21 +191,21 @@ def chat_args(msg: dict, max_tokens: int) -> ChatArgs:
                 )
         messages = [{"role": m["role"], "content": m["content"]} for m in messages]
     elif not isinstance(prompt, str):
-        raise BadField(f"prompt must be a string, got {_show(prompt)}")
+        raise BadField(f"prompt must be a string, got {show(prompt)}")
     mt = msg.get("max_tokens", 128)
     if not is_int(mt) or not 1 <= mt <= max_tokens:
         # Same code as the engine's own check, so a client sees one code for one mistake.
         from engine.core.errors import InvalidMaxTokens
 
         raise InvalidMaxTokens(
-            f"max_tokens must be an integer in [1, {max_tokens}], got {_show(mt)}"
+            f"max_tokens must be an integer in [1, {max_tokens}], got {show(mt)}"
         )
     seed = msg.get("seed")
     if seed is not None and (not is_int(seed) or not 0 <= seed < 2**63):
-        raise BadField(f"seed must be a non-negative integer or null, got {_show(seed)}")
+        raise BadField(f"seed must be a non-negative integer or null, got {show(seed)}")
     ignore_eos = msg.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
-        raise BadField(f"ignore_eos must be true or false, got {_show(ignore_eos)}")
+        raise BadField(f"ignore_eos must be true or false, got {show(ignore_eos)}")
     return ChatArgs(
         messages,
         prompt,

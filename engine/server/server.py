@@ -220,10 +220,10 @@ class Server(ViewerMessages, PresenterMessages):
         headers = request.headers
         host, origin = headers.get("Host"), headers.get("Origin")
         if not self.origins.host_ok(host):
-            return self.http.refuse(f"Host {protocol._show(host)} is not this machine")
+            return self.http.refuse(f"Host {protocol.show(host)} is not this machine")
         if not self.origins.origin_ok(origin, host):
             return self.http.refuse(
-                f"a page of {protocol._show(origin)} may not use this lab; "
+                f"a page of {protocol.show(origin)} may not use this lab; "
                 f"allowed: {self.origins.describe()} (--allow-origin adds one)"
             )
         return self.http.process_request(connection, request)

@@ -150,7 +150,7 @@ class ViewerMessages:
         loop and shared by every client that asks for the same (one copy in memory)."""
         fmt = msg.get("format", "jsonl")
         if fmt not in ("jsonl", "chrome"):
-            raise protocol.BadField(f"format must be jsonl or chrome, got {protocol._show(fmt)}")
+            raise protocol.BadField(f"format must be jsonl or chrome, got {protocol.show(fmt)}")
         if conn.export_pending:
             raise protocol.RateLimited("an export is still on its way to you; read it first")
         now = time.monotonic()

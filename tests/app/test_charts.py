@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from app import charts
+from engine.core.metrics import slot_phase
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
@@ -27,7 +28,7 @@ def test_spans_are_run_length_encoded(runs, policy):
     for sp in spans:
         for step in range(sp["start"], sp["end"]):
             s = by_step[step][sp["slot"]]
-            assert (s["request"], charts._phase(s)) == (sp["request"], sp["phase"])
+            assert (s["request"], slot_phase(s)) == (sp["request"], sp["phase"])
             covered += 1
     assert covered == slot_steps(steps)
     # Maximal runs: two spans of a slot that touch differ in request or phase.

@@ -52,7 +52,7 @@ block_map_small: R.blockMap(steps, 50),
 def python_rows(steps: list[dict], people: set[int]) -> dict:
     itl = charts.itl_per_step(steps)
     prefixes = [1, len(steps) // 3, len(steps) // 2, len(steps)]
-    win, spans = charts._fit_window(steps, 300, people, 1500)
+    win, spans = charts.fit_window(steps, 300, people, 1500)
     return {
         "slot_spans": charts.slot_spans(steps, people),
         "queue_series": charts.queue_series(steps),

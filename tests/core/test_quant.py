@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core import quant
+from engine.core import gguf_blocks, quant
 from engine.core.config import EngineConfig
 from engine.core.errors import UnknownMode
 from engine.lab.accuracy import agreement
@@ -237,12 +237,12 @@ def test_kernel_rejects_blocks_of_the_wrong_width():
 
 def test_smollm2_gguf_blocks_reproduce_the_loaded_weights_bit_for_bit(smollm2):
     model, _ = smollm2
-    blocks = quant.gguf_blocks(model._fluxo_gguf, model.config)
+    blocks = gguf_blocks.gguf_blocks(model._fluxo_gguf, model.config)
     assert len(blocks) == 7 * model.config.num_hidden_layers + 1
     mods = dict(model.named_modules())
     for name in (
         ["lm_head"]
-        + [f"model.layers.0.{m}" for m in quant.GGUF_NAMES.values()]
+        + [f"model.layers.0.{m}" for m in gguf_blocks.GGUF_NAMES.values()]
         + ["model.layers.29.self_attn.q_proj", "model.layers.29.self_attn.k_proj"]
     ):
         fmt, b = blocks[name]
@@ -250,10 +250,10 @@ def test_smollm2_gguf_blocks_reproduce_the_loaded_weights_bit_for_bit(smollm2):
         assert fmt == ("q8_0" if name == "lm_head" else "q4_1")
         assert torch.equal(quant.dequantize_ref(b, fmt, w.shape[1]), w), name
     # the q rows really are reordered from the file's (a no-op permutation would make this vacuous)
-    raw = quant._gguf_tensors(model._fluxo_gguf)["blk.0.attn_q.weight"]
+    raw = gguf_blocks.gguf_tensors(model._fluxo_gguf)["blk.0.attn_q.weight"]
     assert raw[0] == 3 and raw[1] == [576, 576]
     q = blocks["model.layers.0.self_attn.q_proj"][1]
-    assert not torch.equal(quant._unpermute_rows(q, model.config.num_attention_heads), q)
+    assert not torch.equal(gguf_blocks.unpermute_rows(q, model.config.num_attention_heads), q)
 
 
 @needs_kernels
