@@ -23,7 +23,9 @@ from engine.core.engine import Engine
 from engine.core.errors import FluxoError
 from engine.core.policy import registry as policy
 from engine.lab import trace_compare
-from engine.server.server import Comparison, Limits, Origins, Server
+from engine.server.connection import Comparison, Limits
+from engine.server.guard import Origins
+from engine.server.server import Server
 
 SMOLLM2_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what vLLM-style clients send as model
 

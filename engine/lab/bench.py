@@ -27,8 +27,6 @@ from engine.lab.bench_peers import peer
 from engine.lab.bench_runs import Result, batching, dtype, memory, overlap, run, stall, warm_up
 from engine.lab.tables import ratio_lines, runs_table
 
-__all__ = ["main", "run", "table", "warm_up"]
-
 
 def server(model, tok) -> Result:
     # its own module: clients, a child process

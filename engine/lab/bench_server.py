@@ -17,7 +17,8 @@ from typing import Any
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.metrics import decode_only, median, percentile, step_window
-from engine.server.server import Limits, Server
+from engine.server.connection import Limits
+from engine.server.server import Server
 from engine.workloads.canonical import CHAT_PROMPTS
 
 Result = dict[str, Any]

@@ -23,7 +23,6 @@ from engine.lab.replay import run
 from engine.lab.specs import (  # the canonical workloads (engine/lab/specs.py)
     ITL_TARGET_S,
     SPECS,
-    WORKLOADS,
     Spec,
     build_workload,
     natural,
@@ -31,8 +30,6 @@ from engine.lab.specs import (  # the canonical workloads (engine/lab/specs.py)
 )
 from engine.workloads.canonical import WorkItem
 
-# Re-exported: the tests and the server (its compare lists WORKLOADS) import them from here.
-__all__ = ["SPECS", "WORKLOADS", "build_workload", "compare", "measure", "run_lesson"]
 Result = dict[str, Any]
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 # What a scenario may set; the rest stays at EngineConfig's defaults.

@@ -17,10 +17,11 @@ from engine.core.errors import InvalidConfig
 from engine.core.metrics import ratio, summarize
 from engine.lab import scenario, score
 from engine.lab.specs import ITL_TARGET_S
+from engine.lab.specs import WORKLOADS as LESSON_WORKLOADS
 from engine.workloads import trace
 
 TRACES = ("trace:class", "trace:live")
-WORKLOADS = (*scenario.WORKLOADS, *TRACES)
+WORKLOADS = (*LESSON_WORKLOADS, *TRACES)
 MAX_STEPS = 2000  # step records sent back per side (the page draws the last ones)
 
 

@@ -49,16 +49,13 @@ from engine.server.completions import (
 )
 from engine.server.http11 import MAX_HEAD_BYTES, Conn, Gone, Request, TooLargeClose
 from engine.server.openai_shapes import (
-    STATUS,
     MethodNotAllowed,
     ModelNotFound,
     NotFound,
-    StopCutter,
     error_body,
     parse_body,
 )
 
-__all__ = ["STATUS", "HttpApi", "StopCutter"]
 if TYPE_CHECKING:  # types only: server.py imports this module
     from engine.server.server import Server
 

@@ -41,8 +41,6 @@ from engine.server.protocol import dumps
 from engine.server.viewer import ViewerMessages
 from engine.workloads.traffic import TrafficParams
 
-__all__ = ["VERSION", "Comparison", "Connection", "Limits", "Origins", "Server"]
-
 log = logging.getLogger("fluxo.server")
 VERSION = "1"
 

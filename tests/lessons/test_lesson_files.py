@@ -18,14 +18,12 @@ from engine.lab.scenario import (
     CONFIG_FIELDS,
     OPS,
     RATIO_KEYS,
-    SPECS,
-    WORKLOADS,
-    build_workload,
     compares,
     engine_config,
     lesson_dirs,
     load,
 )
+from engine.lab.specs import SPECS, WORKLOADS, build_workload
 
 LESSONS = lesson_dirs()
 REQUIRED = {

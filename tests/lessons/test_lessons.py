@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from engine.core import device
-from engine.lab.bench import warm_up
+from engine.lab.bench_runs import warm_up
 from engine.lab.prose import NUMBER, render_numbers
 from engine.lab.scenario import lesson_dirs, load, run_lesson
 

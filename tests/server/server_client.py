@@ -12,8 +12,9 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
-from engine.lab import scenario
-from engine.server.server import Comparison, Limits, Server
+from engine.lab import scenario, specs
+from engine.server.connection import Comparison, Limits
+from engine.server.server import Server
 
 
 class Client:
@@ -121,7 +122,7 @@ def start_server(
     cfg: dict[str, Any] = {"max_slots": 8, "kv_blocks": 256, **(TINY if model == "tiny" else {})}
     cfg.update(config)
     engine = Engine(EngineConfig(**cfg), model=m, tokenizer=tok, max_telemetry_steps=5000)
-    comparison = Comparison(scenario.compare, tuple(scenario.WORKLOADS))
+    comparison = Comparison(scenario.compare, tuple(specs.WORKLOADS))
     server = Server(
         engine, host, 0, token, limits, model_name=model, http_port=http_port, comparison=comparison
     )

@@ -8,7 +8,7 @@ import time
 
 from server_client import open_client, url, wait_idle
 
-from engine.server.server import Limits
+from engine.server.connection import Limits
 
 
 def test_ten_clients_chat_at_once_and_waiting_requests_learn_their_place(serve):

@@ -174,7 +174,7 @@ def _is_utf8(b: bytes) -> bool:
 
 
 def test_hostile_messages_get_coded_errors_and_the_server_keeps_serving(serve, smollm2):
-    from engine.server.server import Limits
+    from engine.server.connection import Limits
 
     # A short context, so a prompt under the byte limit can still be over it.
     server = serve(
@@ -234,7 +234,7 @@ def test_viewer_is_refused_control_without_the_token(serve):
 
 
 def test_an_abusive_client_is_disconnected_and_others_are_not(serve):
-    from engine.server.server import Limits
+    from engine.server.connection import Limits
 
     server = serve("tiny", limits=Limits(abuse_errors=50))
 

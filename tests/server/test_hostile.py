@@ -25,7 +25,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from engine.server import guard
-from engine.server.server import Limits
+from engine.server.connection import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDENT, OTHER = "127.0.0.2", "127.0.0.3"

@@ -16,8 +16,9 @@ from server_client import open_client, url
 
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
+from engine.server.connection import Limits
 from engine.server.http_api import HttpApi
-from engine.server.server import Limits, Server
+from engine.server.server import Server
 
 
 def test_openai_client_streamed_and_whole_answers_equal_the_websocket_greedy_answer(serve):

@@ -16,8 +16,9 @@ from server_client import start_server
 from engine.core import errors
 from engine.core.errors import FluxoError
 from engine.server import protocol
-from engine.server.http_api import STATUS
-from engine.server.server import Limits, Server
+from engine.server.connection import Limits
+from engine.server.openai_shapes import STATUS
+from engine.server.server import Server
 
 STUDENT = "127.0.0.2"  # another address on this machine's loopback: a student, not exempt
 SMALL = {"max_slots": 4, "kv_blocks": 64, "max_new_tokens_limit": 64}  # the tiny servers here

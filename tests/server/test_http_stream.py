@@ -8,7 +8,7 @@ import json
 
 from http_client import CHAT, client, curl, idle_and_free, post
 
-from engine.server.http_api import StopCutter
+from engine.server.openai_shapes import StopCutter
 from engine.server.server import Server
 
 

@@ -10,7 +10,8 @@ import time
 
 from server_client import direct_greedy, open_client, url, wait_idle
 
-from engine.server.server import Limits, Server
+from engine.server.connection import Limits
+from engine.server.server import Server
 from engine.workloads.canonical import CHAT_PROMPTS
 
 
