@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from engine.core import cpu
-from engine.core.config import DTYPES, KV_LAYOUTS, POLICIES, RUNNERS, EngineConfig, lab_weights
+from engine.core.config import DEVICES, FLAGS, WEIGHTS, EngineConfig, lab_weights
 from engine.core.engine import Engine
 from engine.core.errors import FluxoError
 from engine.core.policy import registry as policy
@@ -36,7 +36,23 @@ def fluxo_version() -> str:
     return engine.__version__
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
+def _engine_flags(ap: argparse.ArgumentParser, *names: str) -> None:
+    """A flag per field from ``config.FLAGS``: its default and type the config's own."""
+    defaults = EngineConfig()
+    for name in names:
+        flag, choices, help_ = FLAGS[name]
+        default = getattr(defaults, name)
+        if isinstance(default, bool):
+            ap.add_argument(
+                flag, dest=name, default=default, help=help_, action=argparse.BooleanOptionalAction
+            )
+        else:
+            ap.add_argument(
+                flag, dest=name, default=default, type=type(default), choices=choices, help=help_
+            )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.serve", description=__doc__)
     ap.add_argument("--version", action="version", version=f"Fluxo {fluxo_version()}")
     for add in (_network_args, _model_args, _scheduler_args, _limit_args, _cpu_args):
@@ -88,41 +104,32 @@ def _network_args(ap: argparse.ArgumentParser) -> None:
 
 
 def _model_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument(
-        "--model",
-        default="smollm2",
-        help="smollm2 (bundled), tiny (random, for tests) or a local checkpoint dir",
-    )
-    ap.add_argument("--dtype", default="float32", choices=DTYPES)
+    _engine_flags(ap, "model", "dtype")
     ap.add_argument(
         "--chat-template",
         default=None,
         help="a Jinja chat template file replacing the tokenizer's own (as vLLM's flag)",
     )
-    ap.add_argument(
-        "--max-model-len",
-        type=int,
-        default=EngineConfig().max_model_len,
-        help="longest context (prompt + answer) in tokens; longer prompts are refused with a code",
-    )
+    _engine_flags(ap, "max_model_len")
     ap.add_argument(
         "--weights",
-        choices=("fp32", "q4", "q8"),
-        default=None,
+        choices=WEIGHTS,
+        default=None,  # lab_weights(--model): q4 for smollm2, fp32 otherwise
         help="CPU weight format: the GGUF's Q4_1/Q8_0 blocks (q4; the default for smollm2), "
         "Q8_0 (q8) or the fp32 reference (the default for other models); the state "
         "reports what the forward reads",
     )
     ap.add_argument(
         "--device",
-        default=os.environ.get("FLUXO_DEVICE", "cpu"),
+        default=os.environ.get("FLUXO_DEVICE", EngineConfig().device),
+        choices=DEVICES,
         help="cpu or cuda (or FLUXO_DEVICE); "
         "cuda without a GPU is an error, never a silent CPU run",
     )
 
 
 def _scheduler_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--policy", default="continuous", help=f"{', '.join(POLICIES)} or a loaded one")
+    _engine_flags(ap, "policy")
     ap.add_argument(
         "--policy-file",
         action="append",
@@ -130,17 +137,8 @@ def _scheduler_args(ap: argparse.ArgumentParser) -> None:
         help="a Python file of this machine's defining Policy subclasses (engine/core/policy/), "
         "loaded at start and switched live like the built-ins (repeatable); never uploaded",
     )
-    ap.add_argument("--runner", default="sync", choices=RUNNERS)
-    ap.add_argument("--slots", type=int, default=8)
-    ap.add_argument("--kv-blocks", type=int, default=256)
-    ap.add_argument("--kv-layout", default="paged", choices=KV_LAYOUTS)
-    ap.add_argument("--chunk-budget", type=int, default=64)
-    ap.add_argument(
-        "--prefix-cache",
-        action=argparse.BooleanOptionalAction,
-        default=EngineConfig().prefix_cache,
-        help="reuse the KV blocks of prompt prefixes already computed (lesson 10; live too)",
-    )
+    _engine_flags(ap, "runner", "max_slots", "kv_blocks", "kv_layout", "chunk_budget")
+    _engine_flags(ap, "prefix_cache", "fill_timeout_s", "host_work_ms")
 
 
 def _limit_args(ap: argparse.ArgumentParser) -> None:
@@ -173,7 +171,10 @@ def _limit_args(ap: argparse.ArgumentParser) -> None:
 
 def _cpu_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: one per core it may use)"
+        "--threads",
+        type=int,
+        default=EngineConfig().threads,
+        help="torch threads (default: one per core it may use)",
     )
     ap.add_argument(
         "--cpus",
@@ -189,22 +190,13 @@ def _cpu_args(ap: argparse.ArgumentParser) -> None:
     )
 
 
-def _config(args: argparse.Namespace) -> EngineConfig:
+def config_from(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
+        **{name: getattr(args, name) for name in FLAGS},
         threads=args.threads,
         cpus=cpu.parse(args.cpus),
         device=args.device,
-        model=args.model,
-        dtype=args.dtype,
         weights=args.weights or lab_weights(args.model),
-        policy=args.policy,
-        runner=args.runner,
-        max_slots=args.slots,
-        kv_blocks=args.kv_blocks,
-        kv_layout=args.kv_layout,
-        chunk_budget=args.chunk_budget,
-        prefix_cache=args.prefix_cache,
-        max_model_len=args.max_model_len,
     )
 
 
@@ -274,7 +266,7 @@ def _server(args: argparse.Namespace, engine: Engine, token, limits: Limits, htt
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _args(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # not one line per connection
 
@@ -286,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         loaded = [name for path in args.policy_file for name in policy.load_file(path)]
         if loaded:
             print(f"policies loaded from files: {', '.join(loaded)}", flush=True)
-        config = _config(args)
+        config = config_from(args)
         engine = Engine(
             config, max_telemetry_steps=args.history, max_telemetry_requests=args.history
         )

@@ -67,9 +67,9 @@ def default_engine():
     """The engine `python -m engine.serve` builds with no flags, and the weights its forward
     really reads (q4, or fp32 where the kernels cannot build)."""
     from engine.core.engine import Engine
-    from engine.serve import _args, _config
+    from engine.serve import config_from, parse_args
 
-    engine = Engine(_config(_args([])))
+    engine = Engine(config_from(parse_args([])))
     return engine, engine.execution()["weights"]
 
 

@@ -13,6 +13,7 @@ POLICIES = registry.BUILTIN_NAMES  # ("static", "continuous", "chunked"); loaded
 RUNNERS = ("sync", "async")
 KV_LAYOUTS = ("reserved", "paged")  # the naive one first, as in POLICIES and RUNNERS
 DTYPES = ("float32", "bfloat16", "float64")
+DEVICES = ("cpu", "cuda")
 # Weight formats of the CPU float32 forward (engine/core/quant.py): the fp32 reference, the GGUF's
 # own Q4_1/Q8_0 blocks ("q4"), or Q8_0 throughout ("q8"). Not live: it changes the loaded weights.
 WEIGHTS = ("fp32", "q4", "q8")
@@ -38,6 +39,24 @@ LIVE_FIELDS = (
     "host_work_ms",
     "prefix_cache",
 )
+
+# The fields `python -m engine.serve` sets with one flag each, field: (flag, choices, help); the
+# flag's default and type are the field's own (tests/test_serve_flags.py holds every live field to
+# one). `--weights`, `--device`, `--threads` and `--cpus` are written by hand in engine/serve.py.
+FLAGS: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {
+    "model": ("--model", None, "smollm2 (bundled), tiny (random, for tests) or a checkpoint dir"),
+    "dtype": ("--dtype", DTYPES, None),
+    "max_model_len": ("--max-model-len", None, "longest context (prompt + answer) in tokens"),
+    "policy": ("--policy", None, f"{', '.join(POLICIES)} or one of --policy-file"),
+    "runner": ("--runner", RUNNERS, None),
+    "max_slots": ("--slots", None, None),
+    "kv_blocks": ("--kv-blocks", None, "the KV budget, in blocks of block_size tokens"),
+    "kv_layout": ("--kv-layout", KV_LAYOUTS, None),
+    "chunk_budget": ("--chunk-budget", None, "tokens per step under the chunked policy"),
+    "prefix_cache": ("--prefix-cache", None, "reuse computed prompt prefixes' KV (lesson 10)"),
+    "fill_timeout_s": ("--fill-timeout-s", None, "static: seconds a partial batch waits to fill"),
+    "host_work_ms": ("--host-work-ms", None, "simulated host work in each step, ms (lesson 9)"),
+}
 
 
 @dataclass(slots=True)
@@ -73,8 +92,7 @@ class EngineConfig:
         "fp32"  # see WEIGHTS; the serve/bench flags default to "q4" (6x fewer bytes a step)
     )
     # CUDA only: replay captured graphs for decode-only steps (engine/core/cuda_exec.py); off runs
-    # every
-    # step eagerly, so a lesson can compare. Not live: the graphs are captured at start.
+    # every step eagerly, so a lesson can compare. Not live: the graphs are captured at start.
     cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
@@ -91,7 +109,7 @@ class EngineConfig:
             raise UnknownMode(
                 f"unknown KV layout {self.kv_layout!r}; choose one of {', '.join(KV_LAYOUTS)}"
             )
-        if self.device not in ("cpu", "cuda"):
+        if self.device not in DEVICES:
             raise UnknownMode(f"unknown device {self.device!r}; choose cpu or cuda")
         if self.dtype not in DTYPES:
             raise UnknownMode(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
