@@ -22,7 +22,7 @@ from engine.core.cuda_exec import check_device
 from engine.core.errors import DeviceUnavailable
 from engine.core.model import load_model
 from engine.lab import live
-from engine.lab.prose import render_numbers
+from engine.lab.prose import lesson_runs, render_numbers
 from engine.lab.replay import warm_up
 from engine.lab.scenario import Result, lesson_dir, lesson_dirs, load, run_lesson
 
@@ -145,7 +145,7 @@ def measured_markdown(scenario: dict, measured: dict, lang: str) -> str:
 def write_notes(path: Path, scenario: dict) -> None:
     """Refresh the measured block of teacher.{lang}.md from measured.json, and every prose number
     (``<!-- n ... -->``) of the four texts (numbers never typed)."""
-    measured = json.loads((path / "measured.json").read_text())
+    measured = lesson_runs(path)  # measured.json, and the folder's other stored runs by name
     for lang in HEAD:
         student = path / f"{lang}.md"
         if student.exists():

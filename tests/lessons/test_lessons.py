@@ -9,7 +9,6 @@ files and scenario structure: test_lesson_files.py.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -18,7 +17,7 @@ import torch
 
 from engine.core import device
 from engine.lab.bench_runs import warm_up
-from engine.lab.prose import NUMBER, render_numbers
+from engine.lab.prose import NUMBER, lesson_runs, render_numbers
 from engine.lab.scenario import lesson_dirs, load, run_lesson
 
 LESSONS = lesson_dirs()
@@ -181,8 +180,7 @@ def test_prose_numbers_are_the_stored_runs(path) -> None:
     """Every ``<!-- n ... -->`` number of a lesson's four texts is what its measured.json says
     (``python -m engine.lesson N --save`` renders them; a text edited by hand, or a run re-saved
     without re-rendering, fails here)."""
-    stored = path / "measured.json"
-    measured = json.loads(stored.read_text()) if stored.exists() else {}
+    measured = lesson_runs(path)
     for name in ("en.md", "pt-BR.md", "teacher.en.md", "teacher.pt-BR.md"):
         if not (path / name).exists():
             continue
