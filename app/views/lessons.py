@@ -10,8 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import i18n, recording, roofline_chart, state, ui
-
-LESSONS = Path(__file__).resolve().parents[2] / "lessons"
+from engine.workloads.lessons import LESSONS_DIR, compares, lesson_dirs
 
 # Every word this page shows, in both languages (the lesson texts name these exact labels).
 WORDS = {
@@ -78,21 +77,6 @@ LANGS = i18n.LANGS
 # A test-only knob: FLUXO_COMPARE_SCALE shrinks every [compare] (the e2e suite runs all of them on
 # the tiny model at 0.25 of their scale, in one action per lesson as a teacher would).
 SCALE = float(os.environ.get("FLUXO_COMPARE_SCALE", "1"))
-
-
-def compares(scenario: dict) -> list[dict]:
-    """A lesson's ``[compare]`` as a list (engine.scenario.compares' rule; not imported, so the page
-    does not load torch): one table, or an array of tables run in order."""
-    cmp_ = scenario.get("compare", [])
-    return [cmp_] if isinstance(cmp_, dict) else list(cmp_)
-
-
-def lesson_dirs() -> list[Path]:
-    return (
-        sorted(p for p in LESSONS.iterdir() if p.is_dir() and (p / "scenario.toml").exists())
-        if LESSONS.exists()
-        else []
-    )
 
 
 def setup_scenario(c, scenario: dict) -> bool:
@@ -213,7 +197,7 @@ c, presenter, lang = ctx.c, ctx.presenter, ctx.lang
 words = WORDS[lang if lang in WORDS else "en"]
 dirs = lesson_dirs()
 if not dirs:
-    st.info(words["none"].format(path=LESSONS))
+    st.info(words["none"].format(path=LESSONS_DIR))
     st.stop()
 scenarios = {d.name: tomllib.loads((d / "scenario.toml").read_text()) for d in dirs}
 
@@ -239,7 +223,7 @@ name = state.widget(
     options=list(scenarios),
     format_func=_title,
 )
-folder, scenario = LESSONS / name, scenarios[name]
+folder, scenario = LESSONS_DIR / name, scenarios[name]
 left, right = st.columns([5, 2], gap="large")
 with right:
     st.markdown(f"**{words['scenario']}**")

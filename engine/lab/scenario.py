@@ -29,9 +29,12 @@ from engine.lab.specs import (  # the canonical workloads (engine/lab/specs.py)
     step_clock,
 )
 from engine.workloads.canonical import WorkItem
+from engine.workloads.lessons import (  # noqa: F401  compares: engine/lab/recordings.py imports it here
+    compares,
+    lesson_dirs,
+)
 
 Result = dict[str, Any]
-LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 # What a scenario may set; the rest stays at EngineConfig's defaults.
 CONFIG_FIELDS = (*LIVE_FIELDS, "dtype", "weights")
 
@@ -214,16 +217,6 @@ def ratios(sa: dict[str, Any], sb: dict[str, Any]) -> dict[str, float]:
 
 
 # -- lessons -------------------------------------------------------------------------------------
-def compares(scenario: Spec) -> list[Spec]:
-    """A lesson's ``[compare]`` as a list: one table, or an array of tables (run in order)."""
-    cmp_ = scenario.get("compare", [])
-    return [cmp_] if isinstance(cmp_, dict) else list(cmp_)
-
-
-def lesson_dirs() -> list[Path]:
-    return sorted(p for p in LESSONS_DIR.iterdir() if p.is_dir() and p.name[:2].isdigit())
-
-
 def lesson_dir(number: int) -> Path:
     for p in lesson_dirs():
         if int(p.name[:2]) == number:

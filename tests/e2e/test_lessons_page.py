@@ -13,7 +13,7 @@ import pytest
 from servers import start_engine, stop  # tests/servers.py; pytest puts tests/ on sys.path
 from streamlit.testing.v1 import AppTest
 
-from engine.lab.scenario import compares
+from engine.workloads.lessons import compares
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted(p for p in (ROOT / "lessons").iterdir() if (p / "scenario.toml").exists())

@@ -18,12 +18,11 @@ from engine.lab.scenario import (
     CONFIG_FIELDS,
     OPS,
     RATIO_KEYS,
-    compares,
     engine_config,
-    lesson_dirs,
     load,
 )
 from engine.lab.specs import SPECS, WORKLOADS, build_workload
+from engine.workloads.lessons import compares, lesson_dirs
 
 LESSONS = lesson_dirs()
 REQUIRED = {

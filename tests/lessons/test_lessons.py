@@ -18,7 +18,8 @@ import torch
 from engine.core import device
 from engine.lab.bench_runs import warm_up
 from engine.lab.prose import NUMBER, lesson_runs, render_numbers
-from engine.lab.scenario import lesson_dirs, load, run_lesson
+from engine.lab.scenario import load, run_lesson
+from engine.workloads.lessons import lesson_dirs
 
 LESSONS = lesson_dirs()
 
