@@ -37,7 +37,6 @@ from kernels import cpu_quant
 log = logging.getLogger("fluxo.engine")
 _SAID: set[tuple[str, str | None]] = set()  # (weights, reason) fallbacks logged already
 
-WEIGHTS = ("fp32", "q4", "q8")
 QK = cpu_quant.QK
 # The fp32-activation products (``QuantLinear(int8_activations=False)``; the vocabulary head took
 # them until it moved to int8 activations) dequantize the weight and run one oneDNN GEMM above
