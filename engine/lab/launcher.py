@@ -141,7 +141,7 @@ def commands(
     return engine, page
 
 
-def _pin_child(cores: tuple[int, ...]):
+def pin_child(cores: tuple[int, ...]):
     """A ``preexec_fn`` pinning the child before it starts any thread (POSIX with affinity)."""
     if not cores or not hasattr(os, "sched_setaffinity"):
         return None
@@ -165,7 +165,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _engine_up(port: int) -> bool:
+def engine_up(port: int) -> bool:
     import socket
 
     try:
@@ -195,14 +195,14 @@ def start(
         engine_cmd,
         cwd=ROOT,
         env=env,
-        preexec_fn=_pin_child(split.engine_cpus if split.pinned else ()),
+        preexec_fn=pin_child(split.engine_cpus if split.pinned else ()),
     )
     page = subprocess.Popen(
         page_cmd,
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        preexec_fn=_pin_child(split.page_cpus if split.pinned else ()),
+        preexec_fn=pin_child(split.page_cpus if split.pinned else ()),
     )
     if split.pinned and not hasattr(os, "sched_setaffinity"):  # Windows: pin after the start
         cpu.pin_process(split.page_cpus, page.pid)
@@ -217,7 +217,7 @@ def wait_ready(engine: subprocess.Popen, page: subprocess.Popen, args: argparse.
             raise SystemExit("the engine server exited")
         if page.poll() is not None:
             raise SystemExit("the page exited")
-        if _engine_up(args.engine_port) and _up(page_health):
+        if engine_up(args.engine_port) and _up(page_health):
             return
         time.sleep(0.5)
     raise SystemExit("timed out waiting for the engine and the page")

@@ -24,7 +24,8 @@ from engine.core.model import load_model
 from engine.lab import live
 from engine.lab.prose import lesson_runs, render_numbers
 from engine.lab.replay import warm_up
-from engine.lab.scenario import Result, lesson_dir, lesson_dirs, load, run_lesson
+from engine.lab.scenario import Result, lesson_dir, load, run_lesson
+from engine.workloads.lessons import lesson_dirs
 
 # The columns a lesson's runs are shown with (the headline metrics, and the lessons' extras).
 COLUMNS = (

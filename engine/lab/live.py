@@ -69,12 +69,12 @@ def start_engine(model: str = "smollm2", device: str = "cpu") -> tuple[subproces
     proc = subprocess.Popen(
         engine_cmd,
         cwd=lab.ROOT,
-        preexec_fn=lab._pin_child(split.engine_cpus if split.pinned else ()),
+        preexec_fn=lab.pin_child(split.engine_cpus if split.pinned else ()),
     )
     if split.pinned and split.page_cpus:
         cpu.pin_process(split.page_cpus)  # this client runs where the page would
     deadline = time.monotonic() + 300  # a first start converts the bundled GGUF
-    while not lab._engine_up(port):
+    while not lab.engine_up(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             lab.stop(proc)
             raise SystemExit("the engine server did not come up")

@@ -27,16 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.lab.scenario import (
-    SPECS,
-    compares,
-    engine_config,
-    lesson_dir,
-    lesson_dirs,
-    load,
-    measure,
-    ratios,
-)
+from engine.lab.scenario import engine_config, lesson_dir, load, measure, ratios
+from engine.lab.specs import SPECS
+from engine.workloads.lessons import compares, lesson_dirs
 
 FORMAT, VERSION = "fluxo-recording", 1
 MAX_STEPS = 160  # per run: the start of a run holds its admissions, the part a lesson talks about

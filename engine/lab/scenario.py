@@ -29,10 +29,7 @@ from engine.lab.specs import (  # the canonical workloads (engine/lab/specs.py)
     step_clock,
 )
 from engine.workloads.canonical import WorkItem
-from engine.workloads.lessons import (  # noqa: F401  compares: engine/lab/recordings.py imports it here
-    compares,
-    lesson_dirs,
-)
+from engine.workloads.lessons import lesson_dirs
 
 Result = dict[str, Any]
 # What a scenario may set; the rest stays at EngineConfig's defaults.
