@@ -3,7 +3,7 @@
 For a teacher preparing a class without the page: the same runs the lesson's check makes, on
 SmolLM2, with each claim's threshold and the number this machine measured. ``--list`` lists them.
 ``--live``: instead, the numbers the lesson's Live-page steps show, on an engine server started as
-``make lab`` starts it (engine/lab/live.py).
+``make lab`` starts it (engine/lab/live_steps.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from engine.core import device
 from engine.core.cuda_exec import check_device
 from engine.core.errors import DeviceUnavailable
 from engine.core.model import load_model
-from engine.lab import live
+from engine.lab import live_steps
 from engine.lab.prose import lesson_runs, render_numbers
 from engine.lab.replay import warm_up
 from engine.lab.scenario import Result, lesson_dir, load, run_lesson
@@ -159,8 +159,8 @@ def write_notes(path: Path, scenario: dict) -> None:
         for (start, end), block in (
             ((MARK_START, MARK_END), measured_markdown(scenario, measured, lang)),
             (
-                (live.MARK_START, live.MARK_END),
-                live.live_markdown(measured.get("live"), number, lang),
+                (live_steps.MARK_START, live_steps.MARK_END),
+                live_steps.live_markdown(measured.get("live"), number, lang),
             ),
         ):
             if start in text and end in text:
@@ -281,7 +281,7 @@ def _live(args: argparse.Namespace) -> int:
     paths = lesson_dirs() if args.number == "all" else [lesson_dir(int(args.number))]
     scenarios = [load(p / "scenario.toml") for p in paths]
     runs = [
-        live.measure(scenarios, args.seconds, args.device)
+        live_steps.measure(scenarios, args.seconds, args.device)
         for _ in range(args.runs if args.check else 1)
     ]
     results = runs[0]
@@ -289,9 +289,9 @@ def _live(args: argparse.Namespace) -> int:
     for i, (path, scenario, result) in enumerate(zip(paths, scenarios, results, strict=True)):
         number = int(scenario["lesson"]["number"])
         if args.check:  # every claim of [[live_check]], over every run
-            result["checks"] = live.check(scenario, [r[i] for r in runs])
+            result["checks"] = live_steps.check(scenario, [r[i] for r in runs])
             failed += sum(not c["ok"] for c in result["checks"])
-        print(f"== lesson {number} (live) ==\n{live.live_markdown(result, number, 'en')}\n")
+        print(f"== lesson {number} (live) ==\n{live_steps.live_markdown(result, number, 'en')}\n")
         if args.save:
             file = path / "measured.json"
             measured = json.loads(file.read_text()) if file.exists() else {}

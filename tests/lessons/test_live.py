@@ -1,4 +1,4 @@
-"""``python -m engine.lesson N --live`` (engine/lab/live.py) against a real server on the tiny
+"""``python -m engine.lesson N --live`` (engine/lab/live_steps.py) against a real server on the tiny
 model: it sets the lesson up as the Lessons page does, visits each [[live]] setting in order and
 keeps the server's own headline summary; the teacher's table is rendered from that."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from engine.lab import live
+from engine.lab import live_steps
 from engine.lab.scenario import lesson_dir, load
 from tests.servers import start_engine, stop
 
@@ -22,12 +22,12 @@ def url(tmp_path_factory):
 
 def test_every_setting_is_visited_in_order(url) -> None:
     scenario = load(lesson_dir(1) / "scenario.toml")  # 1, 2, 4, 8 slots under chat traffic
-    rows = asyncio.run(live.visit(url, scenario, seconds=4.0))
+    rows = asyncio.run(live_steps.visit(url, scenario, seconds=4.0))
     assert [r["name"] for r in rows] == ["1 slot", "2 slots", "4 slots", "8 slots"]
     assert [r["settings"].get("max_slots") for r in rows] == [None, 2, 4, 8]
     for r in rows:
         s = r["summary"]
-        assert set(s) == set(live.HEADLINE)
+        assert set(s) == set(live_steps.HEADLINE)
         assert s["throughput"] >= 0 and 0 <= s["slot_utilization"] <= 1
     # the traffic outpaces the tiny model's steps (4 requests/s of 32 tokens): answers stream at
     # every setting after the first window (right after a reset, a loaded machine may show none)
@@ -38,22 +38,22 @@ def test_every_setting_is_visited_in_order(url) -> None:
 def test_the_teachers_table(url) -> None:
     scenario = load(lesson_dir(7) / "scenario.toml")  # a traffic setting: the rate changes
     scenario["live"] = scenario["live"][:2]
-    rows = asyncio.run(live.visit(url, scenario, seconds=2.5))
+    rows = asyncio.run(live_steps.visit(url, scenario, seconds=2.5))
     assert rows[1]["settings"] == {"traffic": {"rate": 5.0}}
     doc = {"when": "now", "load": "1.5", "seconds": 2.5, "engine_cpus": [1], "engine_threads": 1}
-    en = live.live_markdown(doc | {"rows": rows}, 7, "en")
-    pt = live.live_markdown(doc | {"rows": rows}, 7, "pt-BR")
+    en = live_steps.live_markdown(doc | {"rows": rows}, 7, "en")
+    pt = live_steps.live_markdown(doc | {"rows": rows}, 7, "pt-BR")
     # the header, the rule, then one row per setting
     assert en.count("\n| ") == 2 and "| 5 requests/s |" in en and "core(s) 1" in en
     assert "| 5 requisições/s |" in pt and "carga média 1,5" in pt
-    assert "not measured yet" in live.live_markdown(None, 7, "en")
+    assert "not measured yet" in live_steps.live_markdown(None, 7, "en")
 
 
 def test_a_bad_setting_is_a_coded_error(url) -> None:
     scenario = load(lesson_dir(1) / "scenario.toml")
     scenario["live"] = [{"name": "no slots", "max_slots": 0}]
     with pytest.raises(RuntimeError, match=r"error \[invalid_config\]"):
-        asyncio.run(live.visit(url, scenario, seconds=2.0))
+        asyncio.run(live_steps.visit(url, scenario, seconds=2.0))
 
 
 def _run(rows: dict[str, float]) -> dict:
@@ -67,12 +67,12 @@ def test_live_claims_hold_only_when_every_run_shows_them() -> None:
             {"metric": "throughput", "a": "4 slots", "b": "8 slots", "op": ">", "claim_en": "x"}
         ],
     }
-    held = live.check(scenario, [_run({"4 slots": 10, "8 slots": 15})] * 3)
+    held = live_steps.check(scenario, [_run({"4 slots": 10, "8 slots": 15})] * 3)
     assert held[0]["ok"] and held[0]["min"] == held[0]["max"] == 1.5
     one_off = [_run({"4 slots": 10, "8 slots": 15}), _run({"4 slots": 10, "8 slots": 9.5})]
-    assert not live.check(scenario, one_off)[0]["ok"]  # one run the other way: not carried
-    assert not live.check(scenario, [_run({"4 slots": 0, "8 slots": 9})])[0]["ok"]  # no data
-    text = live.checks_markdown(held, "pt-BR")
+    assert not live_steps.check(scenario, one_off)[0]["ok"]  # one run the other way: not carried
+    assert not live_steps.check(scenario, [_run({"4 slots": 0, "8 slots": 9})])[0]["ok"]  # no data
+    text = live_steps.checks_markdown(held, "pt-BR")
     assert "1,50-1,50x" in text and "sim" in text
 
 
@@ -82,9 +82,11 @@ def test_a_live_claim_must_name_the_lessons_settings() -> None:
         "live_check": [{"metric": "throughput", "a": "a", "b": "zz", "op": ">"}],
     }
     with pytest.raises(ValueError, match="must name"):
-        live.live_claims(bad)
+        live_steps.live_claims(bad)
     for path in (lesson_dir(n) for n in range(12)):
-        live.live_claims(load(path / "scenario.toml"))  # every lesson's claims are well formed
+        live_steps.live_claims(
+            load(path / "scenario.toml")
+        )  # every lesson's claims are well formed
 
 
 def test_every_lesson_carries_a_claim_on_the_live_page_or_says_why_not() -> None:
@@ -92,7 +94,7 @@ def test_every_lesson_carries_a_claim_on_the_live_page_or_says_why_not() -> None
     page cannot show the claim, and the student texts say so too."""
     for path in (lesson_dir(n) for n in range(12)):
         sc = load(path / "scenario.toml")
-        if live.live_claims(sc):
+        if live_steps.live_claims(sc):
             continue
         why = sc.get("live_none")
         assert why and why["en"] and why["pt"], f"{path.name}: no [[live_check]] and no [live_none]"
@@ -107,11 +109,11 @@ def test_a_live_claim_may_set_two_figures_of_one_setting() -> None:
         ],
     }
     run = {"rows": [{"name": "one", "summary": {"ttft_p50": 0.2, "itl_p50": 0.01}}]}
-    (held,) = live.check(scenario, [run])
+    (held,) = live_steps.check(scenario, [run])
     assert held["ok"] and abs(held["min"] - 20.0) < 1e-9
     run["rows"][0]["summary"]["ttft_p50"] = 0.005  # a first token cheaper than the next: fails
-    assert not live.check(scenario, [run])[0]["ok"]
-    assert "one: ttft_p50 / one: itl_p50" in live.checks_markdown([held], "en")
+    assert not live_steps.check(scenario, [run])[0]["ok"]
+    assert "one: ttft_p50 / one: itl_p50" in live_steps.checks_markdown([held], "en")
 
 
 def test_prose_may_quote_the_stored_live_run() -> None:
