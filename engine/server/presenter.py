@@ -7,12 +7,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import FluxoError, KVOverMemory
 from engine.server import protocol
-from engine.server.connection import Connection
+from engine.server.connection import Comparison, Connection, Limits
 from engine.workloads.traffic import CLIENT as TRAFFIC_CLIENT
 from engine.workloads.traffic import TrafficParams, TrafficSource
+
+if TYPE_CHECKING:  # types only
+    from engine.core.engine import Engine
 
 log = logging.getLogger("fluxo.server")
 KV_MEMORY_SHARE = 0.5  # a bigger KV pool may take at most this share of the free memory
@@ -45,6 +50,21 @@ def check_kv_memory(engine, blocks: int) -> None:
 
 
 class PresenterMessages:
+    # What this mixin reads and sets of ``Server`` (engine/server/server.py sets them in __init__).
+    engine: Engine
+    limits: Limits
+    conns: set[Connection]
+    comparison: Comparison | None
+    launch_config: dict[str, Any]
+    config_view: dict[str, Any]
+    traffic: TrafficParams | None
+    traffic_stats: dict[str, int]
+    _traffic_task: asyncio.Task | None
+    _compare_running: bool
+    _compare_task: asyncio.Task | None
+    if TYPE_CHECKING:  # and the Server method it calls
+        broadcast_state: Callable[[], None]
+
     # -- presenter messages ------------------------------------------------------------------------
     async def _on_control(self, conn: Connection, msg: dict) -> None:
         changes = {k: v for k, v in msg.items() if k not in ("type", "ref")}
