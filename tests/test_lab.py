@@ -1,7 +1,6 @@
 """The lab launcher as a teacher runs it: on an address beyond loopback it requires a presenter
-token
-(generated and printed), students connecting to the engine are viewers, the engine and the page
-get cores of their own, and stopping the launcher stops both."""
+token (generated and printed), students connecting to the engine are viewers, the engine and the
+page get cores of their own, and stopping the launcher stops both."""
 
 from __future__ import annotations
 

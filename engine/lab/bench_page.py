@@ -1,10 +1,9 @@
 """``python -m engine.bench page``: what the lab's own page costs the engine it measures.
 
 The lab is started as ``make lab`` starts it (``engine/lab/launcher.py``: SmolLM2, the engine on
-cores of
-its own with as many torch threads, the page on the rest), steady traffic runs (1.5 requests/s,
-48-token answers, continuous, 8 slots), and the engine's step durations are read from its step
-telemetry while, in turn (A B A B):
+cores of its own with as many torch threads, the page on the rest), steady traffic runs (1.5
+requests/s, 48-token answers, continuous, 8 slots), and the engine's step durations are read from
+its step telemetry while, in turn (A B A B):
 
 - ``closed`` / ``open``: nothing open vs the presenter's Live page open in Chromium (Debian's
   chromium through Playwright, pinned to the page's cores as the launcher's ``--open`` pins a

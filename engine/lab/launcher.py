@@ -2,12 +2,11 @@
 
 What it decides for a classroom:
 
-- **Cores.** When the engine, the page and a local browser share one machine, the engine gets
-  its own cores and as many torch threads (``engine/core/cpu.py``: one core of 2-7 -- two from 8
-  up --
-  is left to the page and the browser). Measured on the project's 2-core machine: one open Live
-  page made engine steps ~4x slower when all three shared both cores. ``--no-pin`` shares
-  everything; ``engine.serve`` alone always keeps every core.
+- **Cores.** When the engine, the page and a local browser share one machine, the engine gets its
+  own cores and as many torch threads (``engine/core/cpu.py``: one core of 2-7 -- two from 8 up --
+  is left to the page and the browser). Measured on the project's 2-core machine: one open Live page
+  made engine steps ~4x slower when all three shared both cores. ``--no-pin`` shares everything;
+  ``engine.serve`` alone always keeps every core.
 - **Safety.** The engine listens on the same address as the page, because every browser talks
   to it directly (each browser session is a client of its own). Whenever that address is beyond
   loopback, a presenter token is required: the one given (``--token`` / ``FLUXO_TOKEN``) or one

@@ -1,10 +1,9 @@
 """Peer baseline: the same workload through transformers' own serving paths.
 
 ``hf_static`` is what a naive server does with ``model.generate``: fixed batches that run until
-their
-longest member. ``hf_continuous`` is transformers' own continuous batching manager. Both ignore
-EOS so
-every request produces exactly the tokens it asked for, as in Fluxo's ``batching`` benchmark.
+their longest member. ``hf_continuous`` is transformers' own continuous batching manager. Both
+ignore EOS so every request produces exactly the tokens it asked for, as in Fluxo's ``batching``
+benchmark.
 """
 
 from __future__ import annotations
@@ -113,9 +112,8 @@ def hf_continuous(
         ceil_div(len(p) + it.max_new_tokens, page) for p, it in zip(prompts, items, strict=False)
     )
     # max_requests_per_batch is the manager's slot count. num_blocks caps the KV cache, which on CPU
-    # would
-    # otherwise be sized to 90% of system RAM (and zero-filled); 2x the need keeps preemption out of
-    # the run.
+    # would otherwise be sized to 90% of system RAM (and zero-filled); 2x the need keeps preemption
+    # out of the run.
     cb = ContinuousBatchingConfig(max_requests_per_batch=slots, num_blocks=2 * need)
     # The same hints generate_batch passes; with slots=None they size the batch to min(requests,
     # 1024)

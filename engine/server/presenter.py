@@ -136,9 +136,8 @@ class PresenterMessages:
             while self._compare_running:  # held: a comparison measures only itself
                 await asyncio.sleep(0.1)
             # Arrivals go on while the engine is paused (the queue visibly grows, and stepping has
-            # work);
-            # beyond the queue limit they are dropped and counted, as a real server would refuse
-            # them.
+            # work); beyond the queue limit they are dropped and counted, as a real server would
+            # refuse them.
             if self.engine.queue_len() >= self.limits.queue_limit:
                 self.traffic_stats["dropped"] += 1
                 continue

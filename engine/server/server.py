@@ -344,8 +344,7 @@ class Server(ViewerMessages, PresenterMessages):
             "device": self.engine.config.device,
             "device_name": device_name(self.engine.config.device),
             # The weight format the forward really reads (engine/core/quant.py): "fp32", "q4" or
-            # "q8";
-            # "fp32" also where q4/q8 was asked for but the quantized kernels cannot run here.
+            # "q8"; "fp32" also where q4/q8 was asked for but the quantized kernels cannot run here.
             **self.engine.execution(),
         }
 

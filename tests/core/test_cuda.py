@@ -1,8 +1,7 @@
 """The engine on a CUDA device (engine/core/cuda_exec.py): the same greedy tokens as transformers
-and as
-the CPU path, with decode graphs on and off, sync and async; the h2d, compute and d2h lanes really
-overlap under async; a replayed decode step is much cheaper than an eager one. Skipped without a GPU
-(scripts/gpu_check.sh runs them on one)."""
+and as the CPU path, with decode graphs on and off, sync and async; the h2d, compute and d2h lanes
+really overlap under async; a replayed decode step is much cheaper than an eager one. Skipped
+without a GPU (scripts/gpu_check.sh runs them on one)."""
 
 from __future__ import annotations
 

@@ -110,10 +110,8 @@ def test_greedy_outputs_independent_of_schedule(make_tiny_engine, program):
 
 def test_bug_a_one_token_prefill_chunk_does_not_sample(make_tiny_engine):
     """BUG-A (fixed in c486857): a 1-token prefill chunk that does not finish the prompt rode with
-    the
-    decodes in ModelRunner.build and sampled a token mid-prompt: [1, 2, 3, 4, 5] under
-    chunk_budget=1
-    gave [258, 258, 258, 96] instead of [40, 40, 182, 87]."""
+    the decodes in ModelRunner.build and sampled a token mid-prompt: [1, 2, 3, 4, 5] under
+    chunk_budget=1 gave [258, 258, 258, 96] instead of [40, 40, 182, 87]."""
     prompt = [1, 2, 3, 4, 5]
     ref = reference(make_tiny_engine, prompt, 4, True)
     e = make_tiny_engine(policy="chunked", chunk_budget=1)

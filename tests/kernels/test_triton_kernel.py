@@ -1,15 +1,15 @@
 """Triton paged decode attention vs the torch reference (kernels/attention.py).
 
 Error metric: ``max|triton - ref| / max|ref|`` over the whole output of a case (the output is a
-convex
-mix of V rows, so ``max|ref|`` is O(1) and never near zero); float32 must stay within ``TOL``.
+convex mix of V rows, so ``max|ref|`` is O(1) and never near zero); float32 must stay within
+``TOL``.
 
 On CPU the kernel runs under Triton's interpreter in a child process: Triton decides interpreted vs
 compiled when ``@triton.jit`` runs, so setting TRITON_INTERPRET=1 here would leak into every other
-test
-module that imports Triton later. On a CUDA machine the same cases also run compiled, in-process.
-Cache slots no live token owns (block tails past ctx_len, spare blocks, block-table padding) hold
-poison V values, so a kernel that reads one is off by orders of magnitude, not by a rounding error.
+test module that imports Triton later. On a CUDA machine the same cases also run compiled,
+in-process. Cache slots no live token owns (block tails past ctx_len, spare blocks, block-table
+padding) hold poison V values, so a kernel that reads one is off by orders of magnitude, not by a
+rounding error.
 """
 
 from __future__ import annotations
