@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import i18n, recording, roofline_chart, state, ui
-from engine.workloads.lessons import LESSONS_DIR, compares, lesson_dirs
+from engine.workloads.lessons import LESSONS_DIR, as_shown, compares, lesson_dirs
 
 # Every word this page shows, in both languages (the lesson texts name these exact labels).
 WORDS = {
@@ -311,16 +311,16 @@ with left:
     text = text_path.read_text() if text_path.exists() else words["no_text"].format(lang=lang)
     # The roofline figure goes where the text places it (a `<!-- roofline -->` line).
     before, marker, after = text.partition("<!-- roofline -->")
-    st.markdown(before)
+    st.markdown(as_shown(before))
     if marker:
         roofline_figure(folder, scenario, lang)
-        st.markdown(after)
+        st.markdown(as_shown(after))
     # The teacher's part (answer keys, expected numbers, misconceptions, timing, figure) is sent
     # to the presenter's browser only: a viewer's session never renders it.
     if presenter:
         teacher_path = folder / f"teacher.{lang}.md"
         if teacher_path.exists():
             with st.expander(words["teacher"], expanded=False, icon=":material/school:"):
-                st.markdown(teacher_path.read_text())
+                st.markdown(as_shown(teacher_path.read_text()))
                 figure(folder, scenario, lang, words)
 state.write_url()

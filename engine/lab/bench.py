@@ -231,11 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         return _page(args)
     if args.scenario == "kernels":
         return _kernels(args)
-    bench_runs.configure(args.device, args.cuda_graphs == "on", args.weights)
-    try:
+    try:  # first: a refused device must not become the runs' device (a module global)
         check_device(args.device)
     except DeviceUnavailable as exc:
         raise SystemExit(f"error [{exc.code}]: {exc.message}") from None
+    bench_runs.configure(args.device, args.cuda_graphs == "on", args.weights)
     model, tok = device.run(load_model, "smollm2", "float32")
     model = model.to(args.device)
     warm_up(model, tok)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,3 +26,14 @@ def compares(scenario: dict[str, Any]) -> list[dict[str, Any]]:
     """A lesson's ``[compare]`` as a list: one table, or an array of tables (run in order)."""
     cmp_ = scenario.get("compare", [])
     return [cmp_] if isinstance(cmp_, dict) else list(cmp_)
+
+
+# A lesson text's comments: its numbers' markers (``<!-- n EXPR -->VALUE<!-- /n -->``, rendered by
+# ``engine/lab/prose.py``) and its section marks (``<!-- roofline -->``, ``<!-- live -->``).
+COMMENT = re.compile(r"<!--.*?-->", re.S)
+
+
+def as_shown(text: str) -> str:
+    """A lesson text as the page shows it: every comment dropped, so a number's marker leaves its
+    value (Streamlit's markdown would print a comment as text)."""
+    return COMMENT.sub("", text)
