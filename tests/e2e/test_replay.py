@@ -42,12 +42,13 @@ def _live_falls_back_to_the_recording(page, offline: str):
 
 
 def _play_then_pause_with_space(page, frame) -> int:
-    """Play at 8x from the start, pause with the page's space key: the step paused at goes into
-    the URL. Returns that step."""
+    """Play at 0.5x from the start, pause with the page's space key: the step paused at goes into
+    the URL. Returns that step. (The q4 recording's 83 steps take 1.5 s: at 8x the run ended
+    before the key arrived, 2 runs in 6.)"""
     from playwright.sync_api import expect
 
     total = frame.evaluate("() => fluxo.all.length")
-    frame.locator("#rp-speed").select_option("8")
+    frame.locator("#rp-speed").select_option("0.5")
     frame.locator("#rp-play").click()  # from the end, play starts again at the first step
     frame.wait_for_function("() => fluxo.player.playing && fluxo.player.cursor >= 5")
     page.locator("h1").click()  # focus on the page, not in the view: the page's own key handler
