@@ -1,7 +1,6 @@
 /* Fluxo browser view, the chat: prompts sent over the view's own connection (fluxo-live.js), each
  * answer streamed token by token with its request id, queue position, status and TTFT, or the
- * engine's refusal and its reason. The last script of the view before player.js: it tells
- * Streamlit the component is ready, so the arguments come once every part is there. */
+ * engine's refusal and its reason. */
 (function () {
   "use strict";
   const S = window.fluxo;
@@ -100,6 +99,4 @@
     box.value = "";
     sendChat(prompt, parseInt($("fluxo-chat-max").value, 10));
   });
-
-  S.post("streamlit:componentReady", {apiVersion: 1});
 })();

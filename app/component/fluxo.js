@@ -16,7 +16,8 @@
  * Plain scripts, loaded in order by index.html, sharing one object (window.fluxo, ``S``):
  * this file (state, the Streamlit protocol, arguments, words and numbers), fluxo-views.js (the
  * Vega views and their changesets), fluxo-live.js (the engine connection and headline metrics),
- * fluxo-chat.js (the chat; it tells Streamlit the component is ready), then player.js.
+ * fluxo-chat.js (the chat), then player.js (the replay player; it tells Streamlit the component is
+ * ready, so the arguments come once every script has run).
  */
 (function () {
   "use strict";

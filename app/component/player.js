@@ -7,6 +7,11 @@
  * call togglePlay). When it pauses or is moved, the player reports the step to the page
  * (setComponentValue), which keeps it in the URL. Views with the same ``sync`` name (Compare's
  * two runs) follow each other through a BroadcastChannel.
+ *
+ * The view's last script: it tells Streamlit the component is ready, so the first arguments come
+ * once every part is there. (When fluxo-chat.js told it, a render could arrive while this file was
+ * still loading: the recording's key was taken, FluxoPlayer.load was missing, and the view stayed
+ * empty at step 0 for good; the projector test failed about 1 run in 2 that way.)
  */
 (function () {
   "use strict";
@@ -126,4 +131,5 @@
     if (S.mode === "replay" && ev.key === " ") { ev.preventDefault(); S.togglePlay(); return; }
     try { if (window.parent.__fluxoKeys) window.parent.__fluxoKeys(ev); } catch (e) { /* not the lab page */ }
   });
+  S.post("streamlit:componentReady", {apiVersion: 1});
 })();
