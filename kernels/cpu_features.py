@@ -1,12 +1,19 @@
 """What the CPU reports: its architecture and its feature flags, as /proc/cpuinfo names them
-(Linux x86's ``flags``, aarch64's ``Features``) or as macOS's ``sysctl`` says them. The parsers
-take text, so a test can feed them another machine's (``tests/kernels/test_kernel_neon.py``);
-``kernels.cpu_quant_build`` picks the kernel build from them."""
+(Linux x86's ``flags``, aarch64's ``Features``), as macOS's ``sysctl`` says them, or (anywhere
+else with a C++ compiler: Windows with MinGW, the BSDs) as cpuid answers a small probe built with
+that compiler. The parsers take text, so a test can feed them another machine's
+(``tests/kernels/test_kernel_neon.py``); ``kernels.cpu_quant_build`` picks the kernel build from
+them."""
 
 from __future__ import annotations
 
+import functools
+import os
 import platform
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 
 def machine_arch(machine: str | None = None) -> str:
@@ -71,11 +78,41 @@ def _sysctl(*names: str) -> str:
         return ""
 
 
+# the x86 features the kernel builds need: __builtin_cpu_supports's name -> /proc/cpuinfo's
+CPUID_X86 = {"avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx512f": "avx512f"}
+CPUID_X86 |= {"avx512bw": "avx512bw", "avx512vl": "avx512vl", "avx512vnni": "avx512_vnni"}
+CPUID_X86 |= {"avxvnni": "avx_vnni"}
+
+
+@functools.cache
+def cpuid_flags(cxx: str | None = None) -> set[str] | None:
+    """The x86 flags of ``CPUID_X86`` that this CPU has, asked through cpuid by a probe that
+    ``cxx`` (default: $CXX, g++ or c++) builds and runs (g++ and clang's
+    ``__builtin_cpu_supports``, which also checks that the OS saves the AVX-512 registers); None
+    where there is no compiler, the probe does not build (an ARM compiler), or it does not run."""
+    cxx = cxx or os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        return None
+    checks = " ".join(f'printf("%s ", __builtin_cpu_supports("{n}") ? "{f}" : "");'
+                      for n, f in CPUID_X86.items())  # fmt: skip
+    body = f"#include <cstdio>\nint main() {{ __builtin_cpu_init(); {checks} return 0; }}\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "cpuid.cpp", Path(tmp) / "cpuid.exe"
+        src.write_text(body)
+        try:
+            subprocess.run([cxx, str(src), "-o", str(exe)], capture_output=True, timeout=60,
+                           check=True)  # fmt: skip
+            out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=10, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return set(out.stdout.split())
+
+
 def cpu_flags() -> set[str] | None:
     """The CPU's feature flags as /proc/cpuinfo names them (Linux: x86's ``flags``, aarch64's
     ``Features``), or from ``sysctl`` on macOS (Apple Silicon: hw.optional.neon -> asimd,
-    hw.optional.arm.FEAT_DotProd -> asimddp; Intel: AVX2 -> avx2, AVX512VNNI -> avx512_vnni, ...);
-    None where neither answers."""
+    hw.optional.arm.FEAT_DotProd -> asimddp; Intel: AVX2 -> avx2, AVX512VNNI -> avx512_vnni, ...),
+    or on another x86 system from cpuid (``cpuid_flags``); None where none answers."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = parse_cpuinfo(f.read())
@@ -84,4 +121,7 @@ def cpu_flags() -> set[str] | None:
     except OSError:
         pass
     text = _sysctl("hw.optional") + _sysctl("machdep.cpu.features", "machdep.cpu.leaf7_features")
-    return parse_sysctl(text)
+    flags = parse_sysctl(text)
+    if flags is None and machine_arch() == "x86_64":
+        flags = cpuid_flags()
+    return flags

@@ -2,8 +2,8 @@
 // and block dequantization; kernels/cpu_quant_build.py compiles this file, cpu_quant_int8.cpp,
 // cpu_quant_tile.cpp and cpu_quant_decode.cpp as one translation unit (g++ or clang at first use).
 //
-// One source, two instruction sets: x86-64 with AVX2 + FMA + F16C (the avx2 build; avx512vnni adds
-// FLUXO_VNNI) and AArch64 with NEON + the dot-product extension (the neon build,
+// One source, two instruction sets: x86-64 with AVX2 + FMA + F16C (the avx2 build; avx512vnni and
+// avxvnni add FLUXO_VNNI) and AArch64 with NEON + the dot-product extension (the neon build,
 // -march=armv8.2-a+dotprod: sdot). The fp32 arithmetic is written once on `f8`, 8 floats: one
 // __m256 on x86, two float32x4_t on ARM, every operation lane by lane with the same rounding (fused
 // multiply-adds stay fused, horizontal sums add the lanes in the same order), so a row's float
@@ -15,6 +15,16 @@
 #if defined(__AVX2__)
 #include <immintrin.h>
 #define FLUXO_X86 1
+// vpdpbusd on 256-bit vectors, in the encoding the build has: AVX-512 VNNI + VL (the avx512vnni
+// build, EVEX) or AVX-VNNI (the avxvnni build, VEX: Intel Alder Lake and later laptops, Zen 5),
+// the same instruction and the same int32 sums either way.
+#if defined(FLUXO_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define fluxo_dpbusd _mm256_dpbusd_epi32
+#elif defined(FLUXO_VNNI) && defined(__AVXVNNI__)
+#define fluxo_dpbusd _mm256_dpbusd_avx_epi32
+#elif defined(FLUXO_VNNI)
+#error "FLUXO_VNNI needs -mavx512vnni -mavx512vl or -mavxvnni"
+#endif
 #elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
 #include <arm_neon.h>
 #define FLUXO_NEON 1

@@ -102,8 +102,8 @@ def _load() -> ctypes.CDLL:
 
 
 def build_name() -> str | None:
-    """Which build serves (``avx2``, ``avx512vnni``, ``neon``), or None where the kernels are
-    unavailable."""
+    """Which build serves (``avx512vnni``, ``avxvnni``, ``avx2``, ``neon``), or None where the
+    kernels are unavailable."""
     lib = library()
     return getattr(lib, "fluxo_build", None) if lib is not None else None
 
@@ -144,9 +144,9 @@ def library() -> ctypes.CDLL | None:
 
 
 def serving(weights: str, asked: str, device: str) -> tuple[str | None, str | None]:
-    """The build serving ``weights`` (avx2, avx512vnni, neon; None on fp32) and what the page says
-    beside it: a note on that build (built without OpenMP), or why ``asked`` q4/q8 is served as
-    fp32 on the CPU (the kernels' own reason), else None."""
+    """The build serving ``weights`` (avx512vnni, avxvnni, avx2, neon; None on fp32) and what the
+    page says beside it: a note on that build (built without OpenMP), or why ``asked`` q4/q8 is
+    served as fp32 on the CPU (the kernels' own reason), else None."""
     if weights != "fp32":
         return build_name(), build_note()
     if asked != "fp32" and device == "cpu":

@@ -28,10 +28,10 @@ NAMES = ("cpu_quant.cpp", "cpu_quant_int8.cpp", "cpu_quant_tile.cpp", "cpu_quant
 SOURCES = tuple(HERE / f for f in NAMES)
 BASE_FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 # One build per instruction set, chosen at load from what the CPU reports (FLUXO_KERNELS forces
-# one: avx2, avx512vnni, neon, or fp32 for none), the first this CPU runs in this order. Every
-# build computes the same integer sums and the same fp32 operations in the same order per row, so
-# they give bit-identical results (tests/kernels/test_kernel_builds.py on this CPU's x86 builds,
-# tests/kernels/test_kernel_neon.py for neon under qemu); VNNI and sdot only take fewer
+# one: avx512vnni, avxvnni, avx2, neon, or fp32 for none), the first this CPU runs in this order.
+# Every build computes the same integer sums and the same fp32 operations in the same order per
+# row, so they give bit-identical results (tests/kernels/test_kernel_builds.py on this CPU's x86
+# builds, tests/kernels/test_kernel_neon.py for neon under qemu); VNNI and sdot only take fewer
 # instructions.
 BUILDS: dict[str, tuple[tuple[str, ...], list[str]]] = {  # name: (CPU flags needed, compiler flags)
     "avx512vnni": (
@@ -47,13 +47,19 @@ BUILDS: dict[str, tuple[tuple[str, ...], list[str]]] = {  # name: (CPU flags nee
             "-DFLUXO_VNNI=1",
         ],
     ),  # fmt: skip
+    # AVX-VNNI: vpdpbusd in its 256-bit VEX form, without AVX-512 (Intel Alder Lake and later
+    # laptops; Zen 5 has both and takes avx512vnni): the same kernels as avx512vnni.
+    "avxvnni": (
+        ("avx2", "fma", "f16c", "avx_vnni"),
+        ["-mavx2", "-mfma", "-mf16c", "-mavxvnni", "-DFLUXO_VNNI=1"],
+    ),
     "avx2": (("avx2", "fma", "f16c"), ["-mavx2", "-mfma", "-mf16c"]),
     # ARM64 with the dot-product extension (sdot): every Apple Silicon Mac, Graviton 2+, Ampere,
     # Raspberry Pi 5. -march=armv8.2-a+dotprod: g++ and Apple clang alike. -ffp-contract=off: the
     # only fused multiply-adds are the sources' explicit ones, the x86 builds' own, on any compiler.
     "neon": (("asimd", "asimddp"), ["-march=armv8.2-a+dotprod", "-ffp-contract=off"]),
 }
-BUILD_ARCH = {"avx512vnni": "x86_64", "avx2": "x86_64", "neon": "arm64"}
+BUILD_ARCH = {"avx512vnni": "x86_64", "avxvnni": "x86_64", "avx2": "x86_64", "neon": "arm64"}
 FLAGS = BASE_FLAGS + BUILDS["avx2"][1]  # the AVX2 build's (older revisions knew only this one)
 
 

@@ -219,7 +219,7 @@ __attribute__((noinline)) static int int8_pairs(int64_t iters) {
         for (int i = 0; i < 6; i++) {
             __asm__("" : "+x"(a[i]));  // an input the compiler cannot hoist out of the loop
 #ifdef FLUXO_VNNI
-            acc[i] = _mm256_dpbusd_epi32(acc[i], w, a[i]);  // the VNNI build's one-instruction step
+            acc[i] = fluxo_dpbusd(acc[i], w, a[i]);  // the VNNI build's one-instruction step
 #else
             acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(w, a[i]));
 #endif

@@ -97,14 +97,14 @@ static void pack_q8_0(const uint8_t* w, int64_t width, int64_t nb, uint8_t* out)
 // -- the integer dot step: u8 weights x s8 activations, 4 products a 32-bit lane ----------------------
 // AVX2: maddubs gives int16 pairs, added up in int16 (a Q4_1 block's |sum| <= 30480: exact) and
 // widened once a block (madd); Q8_0's pairs reach 2 * 127 * 128 and are widened every step.
-// AVX-512 VNNI (FLUXO_VNNI, the avx512vnni build): vpdpbusd adds the four products of a lane into
+// VNNI (FLUXO_VNNI: the avx512vnni and avxvnni builds): vpdpbusd adds the four products of a lane into
 // int32 in one instruction. The integer sums are the same numbers either way (nothing saturates),
 // so both builds give bit-identical results; VNNI only drops the adds and the widening.
 #ifdef FLUXO_VNNI
-static inline __m256i dot_step(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(acc, w, x); }
+static inline __m256i dot_step(__m256i acc, __m256i w, __m256i x) { return fluxo_dpbusd(acc, w, x); }
 static inline __m256i dot_sum(__m256i acc, __m256i) { return acc; }
 static inline __m256i dot_step32(__m256i acc, __m256i w, __m256i x, __m256i) {
-    return _mm256_dpbusd_epi32(acc, w, x);
+    return fluxo_dpbusd(acc, w, x);
 }
 #else
 static inline __m256i dot_step(__m256i acc, __m256i w, __m256i x) {

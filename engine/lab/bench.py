@@ -161,8 +161,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--against-build",
         default="avx2",
-        help="kernels: the instruction-set build of the revision's kernels (avx2, avx512vnni); "
-        "the working tree's is the one this CPU serves with",
+        help="kernels: the instruction-set build of the revision's kernels (avx2, avxvnni, "
+        "avx512vnni); the working tree's is the one this CPU serves with",
     )
     return ap.parse_args(argv)
 

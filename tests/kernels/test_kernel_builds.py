@@ -17,7 +17,7 @@ import torch
 
 from engine.core.llama import LlamaForward
 from engine.core.model import tiny_llama
-from kernels import cpu_quant, cpu_quant_build
+from kernels import cpu_features, cpu_quant, cpu_quant_build
 from tests.core.test_fused_step import _batch, _caches
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,9 +55,10 @@ def test_the_best_build_serves_by_default_and_fluxo_kernels_forces_one():
         assert cpu_quant.build_name() == RUNS[0] == cpu_quant_build.choose_build()
     assert _forced("avx2").startswith("avx2 None")
     assert _forced("fp32") == "None FLUXO_KERNELS=fp32 asks for no kernels"
-    assert "choose avx512vnni, avx2, neon or fp32" in _forced("sse9")
-    if "avx512vnni" not in RUNS:
-        assert "CPU lacks" in _forced("avx512vnni")
+    assert "choose avx512vnni, avxvnni, avx2, neon or fp32" in _forced("sse9")
+    for vnni in ("avx512vnni", "avxvnni"):
+        if vnni not in RUNS:
+            assert "CPU lacks" in _forced(vnni)
 
 
 def _tiny_forward(lib, threads: int) -> tuple[torch.Tensor, ...]:
@@ -156,3 +157,27 @@ def test_the_engine_names_the_build_that_serves(make_tiny_engine):
     model, tok = tiny_llama(seed=1, dtype=torch.float32)
     e = make_tiny_engine(weights_of=(model, tok), dtype="float32", weights="q4").execution()
     assert (e["weights"], e["kernels"], e["kernels_reason"]) == ("q4", cpu_quant.build_name(), None)
+
+
+@pytest.mark.skipif(
+    cpu_features.machine_arch() != "x86_64" or not shutil.which("g++"),
+    reason="the cpuid probe is for x86 CPUs, built with g++",
+)
+def test_without_cpuinfo_or_sysctl_cpuid_picks_the_same_build(monkeypatch):
+    """Windows has neither /proc/cpuinfo nor sysctl: the compiler's cpuid probe says the same."""
+    with open("/proc/cpuinfo") as f:
+        linux = cpu_features.parse_cpuinfo(f.read())
+    best = cpu_quant_build.choose_build() if "FLUXO_KERNELS" not in os.environ else None
+
+    def no_file(*args, **kwargs):
+        raise FileNotFoundError("/proc/cpuinfo")
+
+    monkeypatch.setattr(cpu_features, "open", no_file, raising=False)
+    monkeypatch.setattr(cpu_features, "_sysctl", lambda *names: "")
+    cpu_features.cpuid_flags.cache_clear()
+    flags = cpu_features.cpu_flags()
+    assert flags == linux & set(cpu_features.CPUID_X86.values())
+    monkeypatch.setattr(cpu_quant_build, "cpu_flags", cpu_features.cpu_flags)
+    if best is not None:
+        assert cpu_quant_build.choose_build() == best
+    assert cpu_features.cpuid_flags("/nonexistent/c++") is None
