@@ -208,7 +208,30 @@ static void qmm_rows(const uint8_t* w, int64_t N, int64_t K, const QRow& x, int6
 // chains, no memory. 6 chains, not more: 16 ymm registers hold 6 inputs, 6 sums and the weight
 // without spilling. Measured 2026-11-30, this project's 2-core AMD EPYC (AVX2, no VNNI), thread
 // by thread: ~0.37 ns a pair (about one a cycle), ~0.18 ns an fp32 fma on 8 chains (two a cycle).
-#ifdef FLUXO_X86
+#if defined(FLUXO_X86) && defined(FLUXO_VNNI) && defined(__AVX512F__) && defined(__AVX512BW__)
+// the avx512vnni build's products run vpdpbusd on zmm (cpu_quant_tile.cpp's pair kernels): 64
+// multiply-adds an instruction
+constexpr double INT8_MACS_A_STEP = 64.0;
+__attribute__((noinline)) static int int8_pairs(int64_t iters) {
+    __m512i a[6], acc[6];
+    const __m512i w = _mm512_set1_epi8(3);
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++) a[i] = _mm512_set1_epi8((char)(i + 1)), acc[i] = _mm512_setzero_si512();
+    for (int64_t n = 0; n < iters; n++) {
+#pragma GCC unroll 6
+        for (int i = 0; i < 6; i++) {
+            __asm__("" : "+v"(a[i]));  // an input the compiler cannot hoist out of the loop
+            acc[i] = _mm512_dpbusd_epi32(acc[i], w, a[i]);
+        }
+    }
+    __m512i t = acc[0];
+#pragma GCC unroll 6
+    for (int i = 1; i < 6; i++) t = _mm512_add_epi32(t, acc[i]);
+    return _mm512_reduce_add_epi32(t);
+}
+
+#elif defined(FLUXO_X86)
+constexpr double INT8_MACS_A_STEP = 32.0;
 __attribute__((noinline)) static int int8_pairs(int64_t iters) {
     __m256i a[6], acc[6];
     const __m256i w = _mm256_set1_epi8(3);
@@ -234,6 +257,7 @@ __attribute__((noinline)) static int int8_pairs(int64_t iters) {
 #else
 // ARM (the neon build): sdot does 16 multiply-adds into int32 lanes, two a chain a step (32 as
 // x86's), on 6 chains: 6 inputs, 12 sums and the weight fit in NEON's 32 registers.
+constexpr double INT8_MACS_A_STEP = 32.0;
 __attribute__((noinline)) static int int8_pairs(int64_t iters) {
     int8x16_t a[6];
     int32x4_t acc[12];
@@ -268,7 +292,7 @@ double fluxo_int8_macs_per_s(int64_t iters, int threads, int64_t* sink) {
     }
     const double dt = omp_get_wtime() - t0;
     *sink = total;
-    return 32.0 * 6.0 * (double)iters * (double)ran / dt;
+    return INT8_MACS_A_STEP * 6.0 * (double)iters * (double)ran / dt;
 }
 
 // x [M, K] fp32 -> Q8_1 blocks (q [M, K] int8, d and s [M, K/32]).

@@ -212,6 +212,154 @@ static inline void tile8_rows(const uint8_t* tile, int64_t nb, const int8_t* xq,
     for (int r = 0; r < MR; r++) f8_store(out + r * 8, acc[r]);
 }
 
+#if defined(FLUXO_VNNI) && defined(__AVX512F__) && defined(__AVX512BW__)
+// -- two 8-row tiles at once in 512-bit vectors (the avx512vnni build) ------------------------------
+// The tiles stay in their 8-row layout (one packing for every build); a zmm holds block b of tile
+// A in its low 256 bits and block b of tile B in its high 256, so one vpdpbusd advances 16 weight
+// rows by 4 products, and each broadcast activation dword serves 16 rows instead of 8. Every lane
+// runs tile_rows' VNNI chain and its fp32 epilogue (the same integer sum, the same mul and two
+// fmas in the same order), so a pair's outputs are tile_rows' bit for bit: results never depend
+// on how a thread's tiles fall into pairs.
+#define FLUXO_ZMM 1
+// From how many activation rows a product runs its tiles in pairs. The whole SmolLM2 q4 step at
+// ctx 128 against HEAD's one tile at a time (engine.lab.kernel_ab, 60-80 pairs in turn, 2
+// threads, Zen 5 EPYC, 2026-12-01 20:00-20:05 UTC, load < 1), tree/HEAD medians; first with pairs
+// from 2 rows (1-row step 2.5 ms): 2 rows 1.095, 4 1.028-1.034, 5 0.968, 6 0.918, 7 0.885, 8
+// 0.865-0.881, 12 0.831, 16 0.789; then from 5 rows, twice, while the host was busier (1-row step
+// 3.0-3.5 ms): 4 rows 0.997 1.003 (one tile), 5 1.023 1.005, 6 0.984 0.988, 8 0.933 0.925, 16
+// 0.810 0.814. Every logit bit for bit equal. With few rows the step waits on memory more than on
+// the products, and one tile at a time is as fast or faster there.
+constexpr int64_t PAIR_ROWS = 6;
+static inline __m512i pair_load(const uint8_t* a, const uint8_t* b) {  // 32 bytes of each tile
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)a)),
+                              _mm256_loadu_si256((const __m256i*)b), 1);
+}
+static inline __m512 pair_half(const uint8_t* a, const uint8_t* b) {  // 8 + 8 fp16 -> 16 fp32
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)a)), _mm_loadu_si128((const __m128i*)b), 1));
+}
+static inline __m512i bcast4_16(const int8_t* p) {  // 4 activation bytes to every lane (a load)
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+static inline void pair_store(float* a, float* b, __m512 v) {
+    _mm256_storeu_ps(a, _mm512_castps512_ps256(v));
+    _mm256_storeu_ps(b, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+static inline void pair_prefetch(const uint8_t* pf, int64_t tile_b, int64_t b, int64_t block) {
+    if (!pf) return;  // the next pair's two tiles, a block's share of each
+    for (int64_t off = b * block & ~(int64_t)63; off < (b + 1) * block; off += 64) {
+        _mm_prefetch((const char*)(pf + off), _MM_HINT_T1);
+        _mm_prefetch((const char*)(pf + tile_b + off), _MM_HINT_T1);
+    }
+}
+
+// tile_rows for tiles a and b at once: outa, outb [MR][8]. pf: the next pair's first tile (its
+// second at pf + tile_b), or null.
+template <int MR>
+static inline void tile_pair_rows(const uint8_t* ta, const uint8_t* tb, int64_t nb, const int8_t* xq,
+                                  const float* xd, const float* xs, int64_t K, float* outa,
+                                  float* outb, const uint8_t* pf, int64_t tile_b) {
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    __m512 acc[MR];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *a = ta + b * TILE_BYTES, *c = tb + b * TILE_BYTES;
+        __m512i raw[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) raw[j] = pair_load(a + 32 * j, c + 32 * j);
+        const int8_t* xb = xq + b * 32;
+        pair_prefetch(pf, tile_b, b, TILE_BYTES);
+        __m512i s[MR];
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) s[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m512i wa = j < 4 ? _mm512_and_si512(raw[j], mask)
+                                     : _mm512_and_si512(_mm512_srli_epi16(raw[j - 4], 4), mask);
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; r++) {
+                s[r] = _mm512_dpbusd_epi32(s[r], wa, bcast4_16(xb + r * K + 4 * j));
+                __asm__("" : "+v"(s[r]));  // one chain a row, as in tile_rows
+            }
+        }
+        const __m512 d16 = pair_half(a + 128, c + 128), m16 = pair_half(a + 144, c + 144);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(xd[r * nb + b]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]), dd, acc[r]);
+            acc[r] = _mm512_fmadd_ps(m16, _mm512_set1_ps(xs[r * nb + b]), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) pair_store(outa + r * 8, outb + r * 8, acc[r]);
+}
+
+// tile8_rows for tiles a and b at once. AVX-512 has no vpsignb: |w| by vpabsb, and the
+// activation negated where w < 0 by a masked subtraction (where w is 0, |w| is 0 and so is the
+// product, as vpsignb's zero gives): the same int8 operands as tile8_rows', the same sums.
+template <int MR>
+static inline void tile8_pair_rows(const uint8_t* ta, const uint8_t* tb, int64_t nb, const int8_t* xq,
+                                   const float* xd, const float*, int64_t K, float* outa,
+                                   float* outb, const uint8_t* pf, int64_t tile_b) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 acc[MR];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *a = ta + b * TILE8_BYTES, *c = tb + b * TILE8_BYTES;
+        const int8_t* xb = xq + b * 32;
+        pair_prefetch(pf, tile_b, b, TILE8_BYTES);
+        __m512i s[MR];
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) s[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m512i w = pair_load(a + 32 * j, c + 32 * j);
+            const __m512i aw = _mm512_abs_epi8(w);
+            const __mmask64 neg = _mm512_movepi8_mask(w);
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; r++) {
+                const __m512i x = bcast4_16(xb + r * K + 4 * j);
+                s[r] = _mm512_dpbusd_epi32(s[r], aw, _mm512_mask_sub_epi8(x, neg, zero, x));
+                __asm__("" : "+v"(s[r]));
+            }
+        }
+        const __m512 d16 = pair_half(a + 256, c + 256);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(xd[r * nb + b]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]), dd, acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) pair_store(outa + r * 8, outb + r * 8, acc[r]);
+}
+
+// All M activation rows against tiles a and b: outa, outb [M][8] (tile_all_rows for a pair).
+template <bool Q4>
+static void tile_pair_all_rows(const uint8_t* ta, const uint8_t* tb, int64_t nb, const QRow& x,
+                               int64_t M, int64_t K, float* outa, float* outb, const uint8_t* pf,
+                               int64_t tile_b) {
+    int64_t r = 0;
+    for (; r + 4 <= M; r += 4, pf = nullptr) {  // the first pass prefetches
+        const int8_t* q = x.q + r * K;
+        const float *d = x.d + r * nb, *s = x.s + r * nb;
+        if (Q4) tile_pair_rows<4>(ta, tb, nb, q, d, s, K, outa + r * 8, outb + r * 8, pf, tile_b);
+        else tile8_pair_rows<4>(ta, tb, nb, q, d, s, K, outa + r * 8, outb + r * 8, pf, tile_b);
+    }
+    const int rest = (int)(M - r);
+    const int8_t* q = x.q + r * K;
+    const float *d = x.d + r * nb, *s = x.s + r * nb;
+    float *oa = outa + r * 8, *ob = outb + r * 8;
+    if (rest == 3) (Q4 ? tile_pair_rows<3> : tile8_pair_rows<3>)(ta, tb, nb, q, d, s, K, oa, ob, pf, tile_b);
+    if (rest == 2) (Q4 ? tile_pair_rows<2> : tile8_pair_rows<2>)(ta, tb, nb, q, d, s, K, oa, ob, pf, tile_b);
+    if (rest == 1) (Q4 ? tile_pair_rows<1> : tile8_pair_rows<1>)(ta, tb, nb, q, d, s, K, oa, ob, pf, tile_b);
+}
+#endif
+
 #else
 // -- the same tiles on ARM (the neon build) ---------------------------------------------------------
 // A tile vector's 32 bytes are two NEON registers: rows 0-3 and rows 4-7. sdot adds the four
@@ -339,6 +487,34 @@ static void qmm_tiles(const uint8_t* w, const uint8_t* tiles, int64_t N, int64_t
     std::vector<float> v(M * 8), g(mode == 2 ? M * 8 : 0);  // [M, 8] per tile
     const uint8_t* src = tiles ? tiles : w;  // the next tile's bytes lie at the same offset in both
     int64_t n = n0;
+#ifdef FLUXO_ZMM
+    // Tiles packed at load, two at a time (tile_pair_all_rows) from PAIR_ROWS rows on; fewer rows,
+    // an odd last tile, and tiles packed per call, one at a time below: the same bits either way.
+    const bool pairs = tiles && M >= PAIR_ROWS;
+    std::vector<float> v2(pairs ? M * 16 : 0), g2(pairs && mode == 2 ? M * 16 : 0);  // [M, 16]
+    for (; pairs && n + 16 <= n1; n += 16) {
+        const uint8_t* next = n + 32 <= n1 ? tiles + (n + 16) * width : nullptr;  // the next pair
+        const int64_t tb = 8 * width;  // a pair's second tile, after its first
+        float *va = v2.data(), *vb = v2.data() + M * 8, *ga = g2.data(), *gb = g2.data() + M * 8;
+        tile_pair_all_rows<Q4>(tiles + n * width, tiles + n * width + tb, nb, x, M, K, va, vb,
+                               mode == 2 ? tiles + (n + N) * width : next, tb);
+        if (mode == 2)
+            tile_pair_all_rows<Q4>(tiles + (n + N) * width, tiles + (n + N) * width + tb, nb, x, M, K,
+                                   ga, gb, next, tb);
+        for (int64_t r = 0; r < M; r++)
+            for (int half = 0; half < 2; half++) {
+                float* o = y + r * ldy + n + 8 * half;
+                const float* vr = (half ? vb : va) + r * 8;
+                if (mode == 0) for (int i = 0; i < 8; i++) o[i] = vr[i];
+                else if (mode == 1) for (int i = 0; i < 8; i++) o[i] += vr[i];
+                else {  // SwiGLU, as below
+                    const f8 a = f8_load(vr), e = exp8(f8_sub(f8_zero(), a));
+                    const f8 sl = f8_div(a, f8_add(f8_set1(1.0f), e));
+                    f8_store(o, f8_mul(sl, f8_load((half ? gb : ga) + r * 8)));
+                }
+            }
+    }
+#endif
     for (; n + 8 <= n1; n += 8) {
         // the tile computed next: SwiGLU's up rows after the gate rows, then the next gate rows
         const uint8_t* next = n + 16 <= n1 ? src + (n + 8) * width : nullptr;
@@ -419,30 +595,43 @@ void fluxo_q8_0_tiles(const uint8_t* w, int64_t N, int64_t K, uint8_t* out) {
 }
 
 // The tiles' own roof: tile_rows<4> (Q4_1) or tile8_rows<4> (Q8_0), the products' inner kernel at
-// 2+ rows, on one 8-row tile of K = 576 that stays in L1, so that only its instructions bound it
-// (unpacking, maddubs, adds, the per-block scaling), not memory. Multiply-adds per second of
+// 2+ rows (the avx512vnni build: their pair forms on two tiles, the kernels its products run), on
+// 8-row tiles of K = 576 that stay in L1, so that only its instructions bound it (unpacking,
+// maddubs or vpdpbusd, adds, the per-block scaling), not memory. Multiply-adds per second of
 // `threads` threads each running `iters` calls at once; *sink: a result, so none is optimized away.
 extern "C" double fluxo_tile_macs_per_s(int q4, int64_t iters, int threads, int64_t* sink) {
     constexpr int64_t nb = 18, K = nb * 32, MR = 4;
+#ifdef FLUXO_ZMM
+    constexpr int64_t TILES = 2;
+#else
+    constexpr int64_t TILES = 1;
+#endif
     double total = 0.0;
     int ran = 0;
     const double t0 = omp_get_wtime();
     #pragma omp parallel num_threads(threads) reduction(+ : total, ran)
     {
         const int64_t block = q4 ? TILE_BYTES : TILE8_BYTES, scales = q4 ? 128 : 256;
-        std::vector<uint8_t> tile(nb * block);
-        for (int64_t i = 0; i < nb * block; i++) tile[i] = (uint8_t)(i * 37 + 11);
-        for (int64_t b = 0; b < nb; b++)  // every fp16 d (and m) 1.0: finite, not denormal
+        std::vector<uint8_t> tile(TILES * nb * block);
+        for (int64_t i = 0; i < TILES * nb * block; i++) tile[i] = (uint8_t)(i * 37 + 11);
+        for (int64_t b = 0; b < TILES * nb; b++)  // every fp16 d (and m) 1.0: finite, not denormal
             for (int64_t i = scales; i < block; i += 2) {
                 tile[b * block + i] = 0x00;
                 tile[b * block + i + 1] = 0x3C;
             }
         std::vector<int8_t> xq(MR * K);
         for (int64_t i = 0; i < MR * K; i++) xq[i] = (int8_t)((i * 13) % 255 - 127);
-        std::vector<float> xd(MR * nb, 1e-3f), xs(MR * nb, 1e-3f), out(MR * 8, 0.0f);
+        std::vector<float> xd(MR * nb, 1e-3f), xs(MR * nb, 1e-3f), out(TILES * MR * 8, 0.0f);
+        const uint8_t* t = tile.data();
         for (int64_t n = 0; n < iters; n++) {
-            if (q4) tile_rows<MR>(tile.data(), nb, xq.data(), xd.data(), xs.data(), K, out.data(), nullptr);
-            else tile8_rows<MR>(tile.data(), nb, xq.data(), xd.data(), xs.data(), K, out.data(), nullptr);
+#ifdef FLUXO_ZMM
+            float* o2 = out.data() + MR * 8;
+            if (q4) tile_pair_rows<MR>(t, t + nb * block, nb, xq.data(), xd.data(), xs.data(), K, out.data(), o2, nullptr, 0);
+            else tile8_pair_rows<MR>(t, t + nb * block, nb, xq.data(), xd.data(), xs.data(), K, out.data(), o2, nullptr, 0);
+#else
+            if (q4) tile_rows<MR>(t, nb, xq.data(), xd.data(), xs.data(), K, out.data(), nullptr);
+            else tile8_rows<MR>(t, nb, xq.data(), xd.data(), xs.data(), K, out.data(), nullptr);
+#endif
             __asm__ __volatile__("" ::: "memory");  // out is read back: every call is computed
         }
         total += out[0];
@@ -450,5 +639,5 @@ extern "C" double fluxo_tile_macs_per_s(int q4, int64_t iters, int threads, int6
     }
     const double dt = omp_get_wtime() - t0;
     *sink = (int64_t)total;
-    return (double)(MR * 8 * K) * (double)iters * (double)ran / dt;
+    return (double)(TILES * MR * 8 * K) * (double)iters * (double)ran / dt;
 }
