@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from app import browser_view, i18n, state, ui
+from engine.workloads import trace
 
 ctx = ui.page_setup("cmp_title", "cmp_caption")
 w, lang = ctx.w, ctx.lang
@@ -32,19 +33,7 @@ PRESETS = {
 }
 
 
-SCORE_KEYS = (
-    "goodput_rps",
-    "goodput_rps_without_heaviest",
-    "fairness",
-    "throughput",
-    "ttft_p50",
-    "ttft_p99",
-    "itl_p50",
-    "itl_p99",
-    "preemptions",
-    "policy_errors",
-    "steps",
-)
+SCORE_KEYS = (*trace.SCORE_RATIO_KEYS, "policy_errors", "steps")  # the scorer's, and two counts
 TRACES = {"trace:class": "trace_class", "trace:live": "trace_live"}
 
 

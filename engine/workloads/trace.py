@@ -34,6 +34,19 @@ SHIPPED = Path(__file__).with_name("traces") / "class.jsonl"
 PROMPT_FIELDS = ("prompt", "messages", "token_ids", "prompt_tokens")
 FIELDS = {"arrival_s", "client", "max_tokens", *PROMPT_FIELDS}
 MAX_TOKENS, MAX_PROMPT = 1024, 1 << 15
+# The figures of a policy's score on a trace that two scores are compared by, B over A
+# (engine/lab/score.py computes them; the Compare page shows them with its own counts beside)
+SCORE_RATIO_KEYS = (
+    "goodput_rps",
+    "goodput_rps_without_heaviest",
+    "fairness",
+    "throughput",
+    "ttft_p50",
+    "ttft_p99",
+    "itl_p50",
+    "itl_p99",
+    "preemptions",
+)
 
 
 class BadTrace(FluxoError):
