@@ -1,12 +1,15 @@
-"""The ARM64 NEON build where this machine cannot run it, and how a build is chosen.
+"""Every build's bits through a driver of the kernels (the ARM64 NEON build under qemu, where this
+machine cannot run it), and how a build is chosen.
 
 - ``tests/kernels/kernel_check.cpp`` (the kernels plus deterministic inputs, every output printed
-  as raw bits) is compiled natively with the avx2 build's flags and with
-  ``aarch64-linux-gnu-g++ -static`` with the neon build's, the second run under
+  as raw bits) is compiled natively with the avx2 build's flags, natively with every other x86
+  build's this CPU runs (avxvnni, avx512vnni: its two-tiles-a-zmm kernels included), and with
+  ``aarch64-linux-gnu-g++ -static`` with the neon build's, that one run under
   ``qemu-aarch64 -cpu max``: every output must be bit for bit the avx2 build's (the products, the
   tiles, Q8_1 quantization, exp8, and the whole forward step's logits, hidden states and K/V), and
-  on each build a row alone, or at 2 threads, gives the batch's bits. Skipped, saying so, where the
-  cross compiler or qemu is missing (CI installs both: .ci/run).
+  on each build a row alone, or at 2 threads, gives the batch's bits. A build is skipped, saying
+  why, where this CPU lacks it or the cross compiler or qemu is missing (CI installs both:
+  .ci/run).
 - ``FLUXO_KERNELS=neon`` on an x86 CPU is refused with a coded reason, and the CPU flags of an
   aarch64 /proc/cpuinfo and of macOS ``sysctl`` output choose the builds they should.
 """
@@ -49,44 +52,63 @@ def _build_and_run(cmd: list[str], exe: Path, run: list[str]) -> dict[str, list[
     return _parse(proc.stdout)
 
 
+OTHERS = [b for b in cb.BUILDS if b != "avx2"]
+
+
+def _why_not(build: str) -> str | None:
+    """Why the driver cannot be built and run for ``build`` here, or None."""
+    if build == "neon":
+        if not (CROSS and QEMU):
+            return (
+                "needs aarch64-linux-gnu-g++ and qemu-aarch64 (apt-get install "
+                "g++-aarch64-linux-gnu qemu-user; .ci/run does)"
+            )
+        return None
+    return "no native compiler" if NATIVE is None else cb.cpu_ok(build)
+
+
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> dict[str, dict[str, list[str]]]:
-    if not (CROSS and QEMU):
-        pytest.skip(
-            "needs aarch64-linux-gnu-g++ and qemu-aarch64 (apt-get install g++-aarch64-linux-gnu "
-            "qemu-user; .ci/run does)"
-        )
+    """The driver's outputs on avx2 and on every other build that can run here."""
     if NATIVE is None or cb.cpu_ok("avx2") is not None:
         pytest.skip(f"no native avx2 build to compare with ({cb.cpu_ok('avx2')})")
-    tmp = tmp_path_factory.mktemp("neon")
-    jobs = {
-        "avx2": ([NATIVE, *COMMON, *cb.BUILDS["avx2"][1]], tmp / "check_avx2", []),
-        "neon": (
-            [CROSS, "-static", *COMMON, *cb.BUILDS["neon"][1]],
-            tmp / "check_neon",
-            [QEMU, "-cpu", "max"],
-        ),
-    }
-    with ThreadPoolExecutor(2) as pool:  # the two compiles at once (~3 s each)
+    tmp = tmp_path_factory.mktemp("builds")
+    jobs = {}
+    for build in ["avx2", *OTHERS]:
+        if _why_not(build) is None:
+            flags = [*COMMON, *cb.BUILDS[build][1]]
+            exe = tmp / f"check_{build}"
+            if build == "neon":
+                jobs[build] = ([CROSS, "-static", *flags], exe, [QEMU, "-cpu", "max"])
+            else:
+                jobs[build] = ([NATIVE, *flags], exe, [])
+    with ThreadPoolExecutor(2) as pool:  # two compiles at once (~3 s each)
         futures = {k: pool.submit(_build_and_run, *job) for k, job in jobs.items()}
         return {k: f.result() for k, f in futures.items()}
 
 
-def test_the_neon_build_gives_the_avx2_builds_bits(outputs):
-    avx2, neon = outputs["avx2"], outputs["neon"]
-    assert neon.keys() == avx2.keys() and len(avx2) > 70
+def _present(outputs, build: str) -> dict[str, list[str]]:
+    if build not in outputs:
+        pytest.skip(f"the {build} build: {_why_not(build)}")
+    return outputs[build]
+
+
+@pytest.mark.parametrize("build", OTHERS)
+def test_every_build_gives_the_avx2_builds_bits(outputs, build):
+    avx2, other = outputs["avx2"], _present(outputs, build)
+    assert other.keys() == avx2.keys() and len(avx2) > 70
     differ = {
-        name: sum(a != b for a, b in zip(avx2[name], neon[name], strict=True))
+        name: sum(a != b for a, b in zip(avx2[name], other[name], strict=True))
         for name in avx2
-        if avx2[name] != neon[name]
+        if avx2[name] != other[name]
     }
     assert not differ, f"outputs whose bits differ (count of words): {differ}"
-    assert neon["openmp"] == ["1"]  # the static qemu binary ran the OpenMP regions at 2 threads
+    assert other["openmp"] == ["1"]  # the OpenMP regions ran at 2 threads (neon: under qemu)
 
 
-@pytest.mark.parametrize("build", ["avx2", "neon"])
+@pytest.mark.parametrize("build", list(cb.BUILDS))
 def test_each_builds_rows_are_batch_and_thread_invariant(outputs, build):
-    out = outputs[build]
+    out = _present(outputs, build)
     checked = 0
     for name, words in out.items():
         for suffix in ("/alone", "/t2"):
