@@ -156,8 +156,10 @@ def test_policy_switch_and_pause_step_resume_under_load_lose_nothing(serve, smol
 
     async def main():
         ctl = await open_client(url(server))
+        await ctl.send({"type": "subscribe", "history": 0})
         clients = [await open_client(url(server)) for _ in prompts]
         chats = asyncio.gather(*(c.chat(p, 20) for c, p in zip(clients, prompts, strict=False)))
+        step = 0
         for change in (
             {"policy": "static"},
             {"policy": "chunked", "chunk_budget": 16},
@@ -165,7 +167,13 @@ def test_policy_switch_and_pause_step_resume_under_load_lose_nothing(serve, smol
             {"policy": "continuous", "kv_layout": "reserved"},
             {"runner": "sync"},
         ):
-            await asyncio.sleep(0.4)
+            # every 6 engine steps, not every 0.4 s: the 12 chats take 60+ steps, so each change
+            # lands under load on any machine (a quiet one ended them before the fifth change)
+            after = step + 6
+            msg = await ctl.until(
+                lambda m, after=after: m["type"] == "step" and m["record"]["step"] >= after
+            )
+            step = msg["record"]["step"]
             await ctl.send({"type": "control", **change})
         await ctl.send({"type": "pause"})
         await ctl.until(lambda m: m["type"] == "state" and m["paused"])
