@@ -66,6 +66,7 @@ class Limits:
     metrics_window_s: float = 30.0
     queue_report_s: float = 0.5  # how often a waiting request's place in the queue is re-sent
     keepalive_s: float = 20.0  # ping interval; a client that answers no ping for as long is dropped
+    flush_s: float = 0.02  # the engine's records reach the clients at most this often (below)
 
     def public(self, engine: Engine) -> dict[str, Any]:
         return {

@@ -84,6 +84,7 @@ class Server(ViewerMessages, PresenterMessages):
         self._pending: list[tuple] = []
         self._pending_lock = threading.Lock()
         self._flush_scheduled = False
+        self._last_flush = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_engine = threading.Event()
         self._engine_thread: threading.Thread | None = None
@@ -185,15 +186,28 @@ class Server(ViewerMessages, PresenterMessages):
                 return
             self._flush_scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._flush)
+            self._loop.call_soon_threadsafe(self._schedule_flush)
         except RuntimeError:  # the loop has closed: the server is going down
             pass
+
+    def _schedule_flush(self) -> None:
+        """On the loop: flush now, or ``limits.flush_s`` after the last flush. A q4 step takes ~4
+        ms on a fast laptop: flushing every step woke every subscriber's writer 250 times a second
+        (with 40 viewers the engine's step p50 went 3.6 -> 4.6 ms, the loop sharing its core); at
+        most 50 flushes a second, each writer sends a few steps a wake. A quiet engine's first
+        record still goes at once."""
+        delay = self._last_flush + self.limits.flush_s - self._loop.time()
+        if delay > 0:
+            self._loop.call_later(delay, self._flush)
+        else:
+            self._flush()
 
     def _on_telemetry(self, kind: str, record: dict) -> None:
         if kind == "step" or record["finished"] is not None:
             self._from_engine((kind, record))
 
     def _flush(self) -> None:
+        self._last_flush = self._loop.time()
         with self._pending_lock:
             items, self._pending = self._pending, []
             self._flush_scheduled = False

@@ -236,8 +236,10 @@ def test_a_step_that_raises_fails_only_its_requests(serve, smollm2):
 
 def test_a_subscriber_that_never_reads_does_not_slow_the_engine(serve):
     """Median decode step time of the same run with no subscriber and with 30 stuck ones."""
-    # stuck, but not yet dropped as dead
-    server = serve(max_slots=8, limits=Limits(keepalive_s=3600))
+    # stuck, but not yet dropped as dead; a buffer of 16 records, so the ~100 steps overflow it
+    # by far whatever the socket buffers and the server's flush grouping take first (at 64, 0 to
+    # 8 records were dropped, and a run with 0 failed)
+    server = serve(max_slots=8, limits=Limits(keepalive_s=3600, subscriber_buffer=16))
     base = _median_decode_step(server.engine)
     loop = asyncio.new_event_loop()
     clients = loop.run_until_complete(_stuck_subscribers(server, 30))
