@@ -479,6 +479,18 @@ static void tile_all_rows(const uint8_t* buf, int64_t nb, const QRow& x, int64_t
     if (rest == 1) (Q4 ? tile_rows<1> : tile8_rows<1>)(buf, nb, q, d, s, K, out + r * 8, pf);
 }
 
+// One tile's 8 outputs of an activation row into o: store (mode 0), add (1), or SwiGLU (2: silu(vr)
+// * gr, 8 at once; SmolLM2 at 8 rows: 368k scalar expf a step otherwise).
+static inline void tile_out(float* o, const float* vr, const float* gr, int mode) {
+    if (mode == 0) for (int i = 0; i < 8; i++) o[i] = vr[i];
+    else if (mode == 1) for (int i = 0; i < 8; i++) o[i] += vr[i];
+    else {
+        const f8 a = f8_load(vr), e = exp8(f8_sub(f8_zero(), a));
+        const f8 sl = f8_div(a, f8_add(f8_set1(1.0f), e));
+        f8_store(o, f8_mul(sl, f8_load(gr)));
+    }
+}
+
 // Output rows [n0, n1) of y = x @ W.T (epilogues as qmm_rows: 0 store, 1 add, 2 SwiGLU with the
 // up rows N below the gate rows): whole 8-row tiles here, the last n1 - n0 mod 8 rows by qmm_rows.
 // tiles: W in the tile layout (fluxo_q4_1_tiles), read in place; null: each tile packed per call.
@@ -488,35 +500,26 @@ static void qmm_tiles(const uint8_t* w, const uint8_t* tiles, int64_t N, int64_t
                       int64_t M, float* y, int64_t ldy, int mode, int64_t n0, int64_t n1) {
     const int64_t nb = K / 32, width = nb * (Q4 ? 20 : 34);
     std::vector<uint8_t> buf(tiles ? 0 : nb * TILE_BYTES);  // Q4_1 only
-    std::vector<float> v(M * 8), g(mode == 2 ? M * 8 : 0);  // [M, 8] per tile
+    std::vector<float> v(M * 16), g(M * 16);  // [M, 8] a tile ([2, M, 8] a pair); g: SwiGLU's up
     const uint8_t* src = tiles ? tiles : w;  // the next tile's bytes lie at the same offset in both
     int64_t n = n0;
 #ifdef FLUXO_ZMM
     // Tiles packed at load, two at a time (tile_pair_all_rows) from PAIR_ROWS rows on; fewer rows,
     // an odd last tile, and tiles packed per call, one at a time below: the same bits either way.
     const bool pairs = tiles && M >= PAIR_ROWS;
-    std::vector<float> v2(pairs ? M * 16 : 0), g2(pairs && mode == 2 ? M * 16 : 0);  // [M, 16]
     for (; pairs && n + 16 <= n1; n += 16) {
         const uint8_t* next = n + 32 <= n1 ? tiles + (n + 16) * width : nullptr;  // the next pair
         const int64_t tb = 8 * width;  // a pair's second tile, after its first
-        float *va = v2.data(), *vb = v2.data() + M * 8, *ga = g2.data(), *gb = g2.data() + M * 8;
+        float *va = v.data(), *vb = v.data() + M * 8, *ga = g.data(), *gb = g.data() + M * 8;
         tile_pair_all_rows<Q4>(tiles + n * width, tiles + n * width + tb, nb, x, M, K, va, vb,
                                mode == 2 ? tiles + (n + N) * width : next, tb);
         if (mode == 2)
             tile_pair_all_rows<Q4>(tiles + (n + N) * width, tiles + (n + N) * width + tb, nb, x, M, K,
                                    ga, gb, next, tb);
-        for (int64_t r = 0; r < M; r++)
-            for (int half = 0; half < 2; half++) {
-                float* o = y + r * ldy + n + 8 * half;
-                const float* vr = (half ? vb : va) + r * 8;
-                if (mode == 0) for (int i = 0; i < 8; i++) o[i] = vr[i];
-                else if (mode == 1) for (int i = 0; i < 8; i++) o[i] += vr[i];
-                else {  // SwiGLU, as below
-                    const f8 a = f8_load(vr), e = exp8(f8_sub(f8_zero(), a));
-                    const f8 sl = f8_div(a, f8_add(f8_set1(1.0f), e));
-                    f8_store(o, f8_mul(sl, f8_load((half ? gb : ga) + r * 8)));
-                }
-            }
+        for (int64_t r = 0; r < M; r++) {
+            tile_out(y + r * ldy + n, va + r * 8, ga + r * 8, mode);
+            tile_out(y + r * ldy + n + 8, vb + r * 8, gb + r * 8, mode);
+        }
     }
 #endif
     for (; n + 8 <= n1; n += 8) {
@@ -530,17 +533,8 @@ static void qmm_tiles(const uint8_t* w, const uint8_t* tiles, int64_t N, int64_t
             if (Q4 && !tiles) pack_q4_1(w + (n + N) * width, width, nb, buf.data());
             tile_all_rows<Q4>(u, nb, x, M, K, g.data(), next);
         }
-        for (int64_t r = 0; r < M; r++) {
-            float* o = y + r * ldy + n;
-            const float* vr = v.data() + r * 8;
-            if (mode == 0) for (int i = 0; i < 8; i++) o[i] = vr[i];
-            else if (mode == 1) for (int i = 0; i < 8; i++) o[i] += vr[i];
-            else {  // silu(gate) * up, 8 at once (SmolLM2 at 8 rows: 368k scalar expf a step)
-                const f8 a = f8_load(vr), e = exp8(f8_sub(f8_zero(), a));
-                const f8 sl = f8_div(a, f8_add(f8_set1(1.0f), e));
-                f8_store(o, f8_mul(sl, f8_load(g.data() + r * 8)));
-            }
-        }
+        for (int64_t r = 0; r < M; r++)
+            tile_out(y + r * ldy + n, v.data() + r * 8, g.data() + r * 8, mode);
     }
     if (n < n1) qmm_rows<Q4>(w, N, K, x, M, y, ldy, mode, n, n1);
 }
