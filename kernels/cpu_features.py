@@ -84,13 +84,18 @@ CPUID_X86 |= {"avx512bw": "avx512bw", "avx512vl": "avx512vl", "avx512vnni": "avx
 CPUID_X86 |= {"avxvnni": "avx_vnni"}
 
 
+def compiler() -> str | None:
+    """The C++ compiler that builds the kernels (and the cpuid probe): $CXX, else g++, else c++."""
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
 @functools.cache
 def cpuid_flags(cxx: str | None = None) -> set[str] | None:
     """The x86 flags of ``CPUID_X86`` that this CPU has, asked through cpuid by a probe that
     ``cxx`` (default: $CXX, g++ or c++) builds and runs (g++ and clang's
     ``__builtin_cpu_supports``, which also checks that the OS saves the AVX-512 registers); None
     where there is no compiler, the probe does not build (an ARM compiler), or it does not run."""
-    cxx = cxx or os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    cxx = cxx or compiler()
     if not cxx:
         return None
     checks = " ".join(f'printf("%s ", __builtin_cpu_supports("{n}") ? "{f}" : "");'

@@ -13,12 +13,11 @@ import importlib.util
 import logging
 import os
 import platform
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from kernels.cpu_features import cpu_flags, machine_arch
+from kernels.cpu_features import compiler, cpu_flags, machine_arch
 
 log = logging.getLogger("fluxo.kernels")
 
@@ -203,7 +202,7 @@ def compile_source(source: str, build: str = "avx2", openmp: bool | None = None)
         out = _target(source, build_flags(build, omp))
         if out.exists():
             return out
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    cxx = compiler()
     if not cxx:
         raise KernelsUnavailable(
             "no_compiler", "no C++ compiler (g++) on PATH, and no build of these kernels cached"
