@@ -7,25 +7,57 @@ browser opens a websocket to the page's origin, and this route opens one to the 
 loopback and copies frames both ways until either side closes.
 
 The relay changes nothing about who a student is. It accepts only a browser of the page's own
-origin (the ``Origin`` of the request must name the ``Host`` it was sent to), passes the
-browser's own address on as ``X-Forwarded-For`` (the engine believes it from a loopback proxy
-only, and counts limits and fair shares under it, so two relayed students keep separate limits)
-and the query string (a token) as it came; it sends no ``Origin`` of its own, and the engine
-makes a relayed student a viewer: only this machine's own address may present without a token.
+origin (the ``Origin`` of the request must name the ``Host`` it was sent to) sent to a ``Host``
+the engine's own ports would answer (``guard.Origins.host_ok``: an address, a loopback name, a
+name of this machine or of an ``FLUXO_ALLOW_ORIGINS`` origin; ``page_hosts``), so a page that
+DNS rebinding put on 127.0.0.1 is refused with 403 before anything reaches the engine (a relayed
+connection comes from loopback, where the browser's own address may be the teacher's). Behind a
+proxy or a forwarded port under another name (Codespaces, Colab), name it in
+``FLUXO_ALLOW_ORIGINS``, as the engine's ports require. It passes the browser's own address on as
+``X-Forwarded-For`` (the engine believes it from a loopback proxy only, and counts limits and fair
+shares under it, so two relayed students keep separate limits) and the query string (a token) as
+it came; it sends no ``Origin`` of its own (in Docker the page's address on the host is not the
+container's, so the engine could not judge it), and the engine makes a relayed student a viewer:
+only this machine's own address may present without a token.
 Measured cost: one more hop on the page's core for every frame (a step record, ~1-4 KB).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from engine.server.guard import normalize_origin
+from engine.server.guard import Origins, normalize_origin
 
 PATH = "/fluxo/engine"
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:8765"
+
+
+@functools.cache
+def page_hosts() -> Origins:
+    """The names this page is served as, by the engine's own rule (``guard.Origins``): loopback
+    names, Streamlit's ``server.address``, this machine's host name and interface addresses, and
+    the host names of ``FLUXO_ALLOW_ORIGINS`` (a reverse proxy's or a forwarded port's name:
+    Codespaces, Colab). Built once, on the first request (Streamlit's options are set by then)."""
+    address, port = "", 8501
+    try:
+        from streamlit import config
+
+        address = config.get_option("server.address") or ""
+        port = int(config.get_option("server.port") or 8501)
+    except Exception:  # noqa: BLE001 - outside Streamlit (tests): this machine's names only
+        pass
+    allow = os.environ.get("FLUXO_ALLOW_ORIGINS", "").split(",")
+    return Origins.build(address, (port,), allow)
+
+
+def host_ok(host: str | None) -> bool:
+    """A browser's ``Host`` names this machine (the engine ports' own check). A browser always
+    sends one: none is refused here."""
+    return host is not None and page_hosts().host_ok(host)
 
 
 def same_origin(origin: str | None, host: str | None) -> bool:
@@ -48,8 +80,9 @@ async def relay(ws: WebSocket) -> None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
-    if not same_origin(ws.headers.get("origin"), ws.headers.get("host")):
-        await ws.close(code=1008, reason="forbidden_origin")
+    host = ws.headers.get("host")
+    if not host_ok(host) or not same_origin(ws.headers.get("origin"), host):
+        await ws.close(code=1008, reason="forbidden_origin")  # before accept: a 403
         return
     client = ws.client.host if ws.client else "unknown"
     forwarded = ", ".join(x for x in (ws.headers.get("x-forwarded-for"), client) if x)
