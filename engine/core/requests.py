@@ -70,8 +70,8 @@ def check_params(
         )
     if (
         not isinstance(temperature, (int, float))
+        or not 0 <= temperature <= 10  # first: an int past a float's range is out of it
         or not math.isfinite(temperature)
-        or not 0 <= temperature <= 10
     ):
         raise InvalidSampling(f"temperature must be in [0, 10], got {temperature!r}")
     if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:

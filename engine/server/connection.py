@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from engine.core.engine import Engine
 from engine.core.metrics import inter_token_latencies, median
 from engine.core.sequence import Event, Sequence
 from engine.server import protocol
-from engine.server.guard import Peer
+from engine.server.guard import Peer, over_line
 from engine.server.protocol import dumps
 
 log = logging.getLogger("fluxo.server")
@@ -56,6 +55,7 @@ class Limits:
     max_outbox: int = 20_000  # unread replies/stream messages before a client is disconnected
     max_outbox_bytes: int = 32 << 20  # unread bytes before a viewer is disconnected (8x presenter)
     abuse_errors: int = 2_000  # errors in 10 s before a client is disconnected
+    abuse_internal: int = 20  # internal errors in 10 s, per address (and connection): then closed
     history: int = 300  # default steps sent on subscribe
     max_history: int = 2_000  # most steps a viewer's subscribe sends (a presenter: all kept)
     history_per_s: float = 1.0  # a viewer's subscribes with history a second (burst of 2)
@@ -96,6 +96,7 @@ class Connection:
     history_bucket: protocol.TokenBucket = field(default_factory=protocol.TokenBucket)
     peer: Peer | None = None  # its address's counters (guard.Peers)
     errors: deque[float] = field(default_factory=deque)
+    internal: deque[float] = field(default_factory=deque)  # its internal errors, last 10 s
     closed: bool = False
     out_bytes: int = 0  # unread bytes in ``out``
     export_pending: bool = False  # an export answer is queued and not written yet
@@ -141,13 +142,17 @@ class Connection:
         self.tele.append((kind, text))
         self.wake.set()
 
-    def count_error(self) -> bool:
-        """Record an error; True when the client has crossed the abuse line."""
-        now = time.monotonic()
-        self.errors.append(now)
-        while self.errors and now - self.errors[0] > 10:
-            self.errors.popleft()
-        return len(self.errors) > self.limits.abuse_errors
+    def count_error(self, internal: bool = False) -> bool:
+        """Record an error; True when the client has crossed the abuse line: ``abuse_errors`` in
+        10 s, or ``abuse_internal`` internal errors (a message that made the server raise) in 10 s
+        from this connection or, for a student, from its address (all its sockets together)."""
+        over = over_line(self.errors, self.limits.abuse_errors)
+        if internal:
+            line = self.limits.abuse_internal
+            over = over_line(self.internal, line) or over
+            if self.peer is not None and not self.peer.own:
+                over = over_line(self.peer.internal, line) or over
+        return over
 
     async def writer(self) -> None:
         while True:
@@ -177,18 +182,22 @@ class Connection:
         request: int | None = None,
         ref: str | None = None,
     ) -> None:
+        """A coded error to this client, counted against its abuse line (``count_error``; an
+        ``internal`` one weighs as a server bug's cost)."""
         msg: dict[str, Any] = {"type": "error", "code": code, "message": message}
         if request is not None:
             msg["request"] = request
         if ref is not None:
             msg["ref"] = ref
         self.send(msg)
-        if self.count_error() and not self.abusive:
+        if self.count_error(code == "internal") and not self.abusive:
             self.abusive = True  # one warning and one close per connection, however many follow
             log.warning(
-                "client %s sent over %d bad messages in 10 s; disconnecting",
+                "client %s sent over %d bad messages (or %d that made the server fail) in 10 s; "
+                "disconnecting",
                 self.id,
                 self.limits.abuse_errors,
+                self.limits.abuse_internal,
             )
             self.closed = True
             asyncio.ensure_future(self.ws.close(1008, "too many bad messages"))

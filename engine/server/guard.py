@@ -14,15 +14,21 @@ section "Origins and fairness").
   browser and load tools) and presenters are exempt from a student's caps; only the fair share of
   the queue applies to loopback viewers too, so no client fills the class's queue.
 - ``alias``: a short stable name for an address, what viewers see instead of it.
+- ``ErrorLog``: an unexpected exception a client's message caused (a server bug) is logged with its
+  traceback once per kind a minute, with how many like it were not; the sender is answered
+  ``internal`` and each one counts heavily against its abuse line (``Peer.internal``), so no
+  client can write the teacher's terminal full.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import logging
 import secrets
 import socket
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -183,6 +189,7 @@ class Peer:
     bad_tokens: int = 0
     token_wait_until: float = 0.0
     seen: float = field(default_factory=time.monotonic)
+    internal: deque[float] = field(default_factory=deque)  # its internal errors, last 10 s
 
     @property
     def idle(self) -> bool:
@@ -230,3 +237,75 @@ class Peers:
     @staticmethod
     def token_wait(peer: Peer) -> float:
         return max(0.0, peer.token_wait_until - time.monotonic())
+
+
+def recent(times: deque[float], window_s: float = 10.0) -> int:
+    """How many of ``times`` fall in the last ``window_s`` (the older ones pruned)."""
+    now = time.monotonic()
+    while times and now - times[0] > window_s:
+        times.popleft()
+    return len(times)
+
+
+def over_line(times: deque[float], line: int, window_s: float = 10.0) -> bool:
+    """One more event now in ``times`` (pruned to the last ``window_s``); True past ``line``."""
+    times.append(time.monotonic())
+    return recent(times, window_s) > line
+
+
+class ErrorLog:
+    """Unexpected exceptions while answering a client, logged with their traceback once per kind
+    (where, exception type, the line that raised) every ``every_s``; the others of that kind are
+    counted and the count said with the next one logged. At most ``max_kinds`` kinds are tracked
+    a window; past that, one line a window says how many went unlogged. A flood of one bug from
+    one student writes one traceback a minute, not one a message (security review 2, H2)."""
+
+    def __init__(self, log: logging.Logger, every_s: float = 60.0, max_kinds: int = 32) -> None:
+        self.log = log
+        self.every_s = every_s
+        self.max_kinds = max_kinds
+        self.kinds: dict[tuple[str, str, str], list] = {}  # kind -> [logged at, not logged since]
+        self.overflow = [0.0, 0]  # [said at, not logged]: kinds past max_kinds
+
+    @staticmethod
+    def kind(exc: BaseException, where: str) -> tuple[str, str, str]:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        line = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb else "?"
+        return where, type(exc).__name__, line
+
+    def exception(self, exc: BaseException, where: str, who: str) -> bool:
+        """Log ``exc`` (raised answering ``where`` for ``who``) unless its kind was logged in the
+        last ``every_s``; returns whether it was logged."""
+        now = time.monotonic()
+        key = self.kind(exc, where)
+        entry = self.kinds.get(key)
+        if entry is not None and now - entry[0] < self.every_s:
+            entry[1] += 1
+            return False
+        if entry is None and len(self.kinds) >= self.max_kinds:
+            self.kinds = {k: e for k, e in self.kinds.items() if now - e[0] < self.every_s}
+            if len(self.kinds) >= self.max_kinds:
+                self.overflow[1] += 1
+                if now - self.overflow[0] >= self.every_s:
+                    self.log.error(
+                        "%d more unexpected errors of other kinds not logged (%d kinds a minute)",
+                        self.overflow[1],
+                        self.max_kinds,
+                    )
+                    self.overflow = [now, 0]
+                return False
+        quiet = entry[1] if entry is not None else 0
+        self.kinds[key] = [now, 0]
+        more = f" ({quiet} more like it since the last one logged)" if quiet else ""
+        self.log.error(
+            "error handling %s from %s: %s%s; the same again is logged at most every %g s",
+            where,
+            who,
+            type(exc).__name__,
+            more,
+            self.every_s,
+            exc_info=exc,
+        )
+        return True

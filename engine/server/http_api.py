@@ -269,8 +269,10 @@ class HttpApi:
             pass
         except asyncio.CancelledError:  # the server is closing: end quietly (streams' done callback
             pass  # reports a cancelled connection task as an unhandled error)
-        except Exception:  # noqa: BLE001 - one broken connection, never the server
-            log.exception("HTTP connection from %s failed", conn.ip)
+        except Exception as exc:  # noqa: BLE001 - one broken connection, never the server
+            self.server.error_log.exception(exc, "an HTTP connection", self.peers.alias(peer.key))
+            if not peer.own:
+                guard.over_line(peer.internal, self.limits.abuse_internal)
         finally:
             peer.http_conns -= 1
             self._tasks.discard(task)
@@ -304,6 +306,7 @@ class HttpApi:
                 )
                 return keep
             if req.method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+                self._check_failures(conn, req)
                 return await self._completion(
                     conn, req, "chat" if path == "/v1/chat/completions" else "text"
                 )
@@ -325,9 +328,25 @@ class HttpApi:
             await conn.send_error(exc, keep)
             return keep
         except Exception as exc:  # noqa: BLE001 - a server bug answers this request, not the class
-            log.exception("HTTP %s %s failed", req.method, path)
+            # logged once per kind a minute; a student's address counts it towards a pause
+            key = guard.peer_key(conn.ip, req.headers.get("x-forwarded-for"))
+            peer = self.peers.get(key)
+            where = f"HTTP {protocol.show(req.method)} {protocol.show(path)}"
+            self.server.error_log.exception(exc, where, self.peers.alias(key))
+            if not peer.own:
+                guard.over_line(peer.internal, self.limits.abuse_internal)
             await conn.send_error(Coded("internal", f"internal error: {type(exc).__name__}"), False)
             return False
+
+    def _check_failures(self, conn: Conn, req: Request) -> None:
+        """A student's address whose requests made the server fail ``abuse_internal`` times in the
+        last 10 s waits (``rate_limited``) before the next completion is even parsed."""
+        peer = self.peers.get(guard.peer_key(conn.ip, req.headers.get("x-forwarded-for")))
+        if not peer.own and guard.recent(peer.internal) > self.limits.abuse_internal:
+            raise protocol.RateLimited(
+                f"requests from this address made the server fail over "
+                f"{self.limits.abuse_internal} times in 10 s; try again shortly"
+            )
 
     async def _completion(self, conn: Conn, req: Request, kind: str) -> bool:
         args = parse_body(req.body, kind)

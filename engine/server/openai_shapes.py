@@ -146,6 +146,8 @@ def _number(body: dict, name: str, default: float) -> float:
         return default
     if not is_number(v):
         raise _bad(name, "a number", v)
+    if is_int(v) and not protocol.finite(v):  # 1 and 400 zeros: past a float's range
+        raise _bad(name, "a number in a float's range", v)
     return float(v)
 
 
@@ -243,6 +245,8 @@ def _json_object(raw: bytes) -> dict:
         raise protocol.BadJson(f"the body is not valid JSON: {str(exc)[:120]}") from None
     if not isinstance(body, dict):
         raise protocol.BadJson(f"the body must be a JSON object, got {type(body).__name__}")
+    if "\\u" in text:  # a lone surrogate can only be spelled as an escape
+        protocol.refuse_surrogates(body, "the body")
     return body
 
 

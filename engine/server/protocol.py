@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +97,45 @@ class CompareUnavailable(FluxoError):
     code = "compare_unavailable"
 
 
+def finite(v: object) -> bool:
+    """A finite number; an integer too large for a float (``1`` and 400 zeros) is not one (the
+    float conversion of ``math.isfinite`` raises ``OverflowError`` for it)."""
+    try:
+        return is_finite(v)
+    except OverflowError:
+        return False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def refuse_surrogates(value: Any, what: str = "the message") -> None:
+    """JSON's ``\\ud800`` escapes can spell a lone surrogate, a code point that is not text: it
+    cannot be encoded, tokenized or compared to a token. Refused as ``bad_field`` naming where it
+    is (a key or a string at any depth; walked without recursion)."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, str):
+            bad = _SURROGATE.search(v)
+            if bad:
+                exc = BadField(
+                    f"{(path or what)[:80]} holds a lone surrogate (U+{ord(bad.group()):04X}), "
+                    "which is not text; send UTF-8 text"
+                )
+                exc.param = re.split(r"[.\[]", path, maxsplit=1)[0] or None  # the top field
+                raise exc
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if _SURROGATE.search(k):
+                    raise BadField(
+                        f"a key of {(path or what)[:80]} holds a lone surrogate, which is not text"
+                    )
+                stack.append((f"{path}.{k}" if path else k, item))
+        elif isinstance(v, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(v))
+
+
 def parse(raw: str | bytes, max_bytes: int) -> dict[str, Any]:
     """One websocket frame to a message dict (text or binary frames holding UTF-8 JSON)."""
     size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
@@ -121,6 +161,14 @@ def parse(raw: str | bytes, max_bytes: int) -> dict[str, Any]:
             f"unknown message type {shown}; known: "
             f"{', '.join(sorted(VIEWER_TYPES | PRESENTER_TYPES))}"
         )
+    if "\\u" in raw:  # only an escape spells a surrogate: the frame itself was valid UTF-8
+        try:
+            refuse_surrogates(msg)
+        except BadField as exc:  # still answered with the message's ref, if that one is text
+            ref = msg.get("ref")
+            ok = isinstance(ref, str) and len(ref) <= MAX_REF and not _SURROGATE.search(ref)
+            exc.ref = ref if ok else None  # type: ignore[attr-defined]
+            raise
     return msg
 
 
@@ -136,7 +184,7 @@ def get_int(msg: dict, name: str, default: int | None, lo: int, hi: int) -> int 
 
 def get_float(msg: dict, name: str, default: float, lo: float, hi: float) -> float:
     v = msg.get(name, default)
-    if not is_finite(v) or not lo <= v <= hi:
+    if not finite(v) or not lo <= v <= hi:
         raise BadField(f"{name} must be a number in [{lo}, {hi}], got {show(v)}")
     return float(v)
 

@@ -68,6 +68,7 @@ class Server(ViewerMessages, PresenterMessages):
         self.model_aliases = tuple(a for a in model_aliases if a and a != model_name)
         self.origins = origins or Origins.build(host)
         self.peers = Peers()
+        self.error_log = guard.ErrorLog(log)  # a server bug's traceback once per kind a minute
         self._broadcast_handle: asyncio.TimerHandle | None = None
         self._exports: dict[str, tuple[tuple, asyncio.Future]] = {}  # format -> (key, text)
         self.launch_config = engine.config.live()
@@ -319,7 +320,7 @@ class Server(ViewerMessages, PresenterMessages):
             pass
 
     async def _on_message(self, conn: Connection, raw: str | bytes) -> None:
-        ref = None
+        ref, kind = None, "?"
         try:
             msg = protocol.parse(raw, self.limits.max_message_bytes)
             ref = msg.get("ref") if isinstance(msg.get("ref"), str) else None
@@ -330,9 +331,10 @@ class Server(ViewerMessages, PresenterMessages):
                 )
             await getattr(self, f"_on_{kind}")(conn, msg)
         except FluxoError as exc:
-            conn.error(exc.code, exc.message, ref=ref)
+            conn.error(exc.code, exc.message, ref=ref or getattr(exc, "ref", None))
         except Exception as exc:  # noqa: BLE001 - a server bug answers this message, not the whole class
-            log.exception("error handling a message from %s", conn.id)
+            # logged once per kind a minute, and counted heavily against the sender's abuse line
+            self.error_log.exception(exc, f"a {kind} message", conn.id)
             conn.error("internal", f"internal error: {type(exc).__name__}", ref=ref)
 
     # -- state ----------------------------------------------------------------------------------

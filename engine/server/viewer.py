@@ -128,10 +128,13 @@ class ViewerMessages:
 
     async def _on_auth(self, conn: Connection, msg: dict) -> None:
         token = protocol.get_str(msg, "token", "", 1024)
-        if self.token is None and self.loopback:
-            conn.presenter = True  # the single-laptop default: every (same-origin) client presents
+        if self.token is None and self.loopback and conn.peer.own:
+            conn.presenter = True  # the single-laptop default: this machine's own clients present
         elif self.token is None:
-            raise protocol.BadToken("this server has no presenter token: nobody presents")
+            # a client relayed from elsewhere (X-Forwarded-For from a loopback proxy) is a student
+            raise protocol.BadToken(
+                "this server has no presenter token: only this machine's own clients present"
+            )
         elif wait := self.peers.token_wait(conn.peer):
             raise protocol.RateLimited(
                 f"too many wrong tokens from this address; try again in {wait:.1f} s"
