@@ -190,6 +190,7 @@ class Peer:
     token_wait_until: float = 0.0
     seen: float = field(default_factory=time.monotonic)
     internal: deque[float] = field(default_factory=deque)  # its internal errors, last 10 s
+    wrong_bearers: set[bytes] = field(default_factory=set)  # distinct wrong HTTP bearers (hashes)
 
     @property
     def idle(self) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import hashlib
 import hmac
 import logging
 import time
@@ -349,6 +350,9 @@ class HttpApi:
             )
 
     async def _completion(self, conn: Conn, req: Request, kind: str) -> bool:
+        key = guard.peer_key(conn.ip, req.headers.get("x-forwarded-for"))
+        peer = self.peers.get(key)
+        presenter = self._bearer_presents(req, peer)  # first: a guesser waits before any work
         args = parse_body(req.body, kind)
         if args.model is not None and args.model not in self.model_ids:
             exc = ModelNotFound(
@@ -357,9 +361,6 @@ class HttpApi:
             exc.param = "model"  # type: ignore[attr-defined]
             raise exc
         token_ids, max_tokens = prompt_and_max(self.engine, args)
-        key = guard.peer_key(conn.ip, req.headers.get("x-forwarded-for"))
-        peer = self.peers.get(key)
-        presenter = self._bearer_presents(req)
         tag = f"http:{self.peers.alias(key)}"
         stream = Stream()
         handle = self.server.open_request(
@@ -393,11 +394,29 @@ class HttpApi:
             peer.open -= 1
             self.in_flight -= 1
 
-    def _bearer_presents(self, req: Request) -> bool:
+    def _bearer_presents(self, req: Request, peer: guard.Peer) -> bool:
         """``Authorization: Bearer <presenter token>``: a teacher's load tool, exempt from a
-        student's caps. Any other bearer (the ``openai`` client always sends one) is ignored."""
+        student's caps. Any other bearer (the ``openai`` client always sends one, the same each
+        time) is ignored, but *distinct* wrong ones back off per address as websocket ``auth``
+        does (``Peers.wrong_token``: 5 free, then 0.5 s doubling): meanwhile every request with
+        a bearer, the right one too, is ``rate_limited`` before any work, so guessing over HTTP
+        is no faster than over the websocket and the answer tells nothing."""
         token = self.server.token
         auth = req.headers.get("authorization", "")
         if token is None or not auth.lower().startswith("bearer "):
             return False
-        return hmac.compare_digest(auth[7:].strip().encode(), token.encode())
+        if wait := self.peers.token_wait(peer):
+            raise protocol.RateLimited(
+                f"too many wrong presenter tokens from this address; try again in {wait:.1f} s"
+            )
+        given = auth[7:].strip().encode("utf-8", "replace")
+        if hmac.compare_digest(given, token.encode()):
+            peer.bad_tokens = 0
+            peer.wrong_bearers.clear()
+            return True
+        digest = hashlib.blake2s(given, digest_size=8).digest()
+        if digest not in peer.wrong_bearers:
+            if len(peer.wrong_bearers) < 64:  # past that every bearer counts, repeated or not
+                peer.wrong_bearers.add(digest)
+            self.peers.wrong_token(peer)
+        return False

@@ -135,6 +135,12 @@ class Server(ViewerMessages, PresenterMessages):
                     else "loopback: every client presents"
                 )
                 log.info("fluxo server on ws://%s:%d (%s)", self.host, self.port, who)
+                if self.token is not None and len(self.token) < 16:
+                    log.warning(
+                        "the presenter token has %d characters: a short or chosen one falls to "
+                        "a dictionary; use 16 or more random ones (the launcher generates one)",
+                        len(self.token),
+                    )
                 await self._start_http()
                 self.ready.set()
                 await (stop if stop is not None else asyncio.get_running_loop().create_future())

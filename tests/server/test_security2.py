@@ -49,14 +49,17 @@ async def student(ws_url: str, source: str = STUDENT, **kw) -> Client:
     return c
 
 
-def _post(base: str, path: str, body: bytes, source: str = STUDENT) -> tuple[int, dict]:
+def _post(
+    base: str, path: str, body: bytes, source: str = STUDENT, bearer: str | None = None
+) -> tuple[int, dict]:
     """A POST from ``source`` (a student's address): (status, JSON body)."""
+    auth = f"Authorization: Bearer {bearer}\r\n" if bearer else ""
     host, port = base.removeprefix("http://").split(":")
     conn = socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0))
     try:
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            f"Content-Length: {len(body)}\r\n{auth}Connection: close\r\n\r\n"
         ).encode()
         conn.sendall(head + body)
         data = b""
@@ -231,3 +234,27 @@ def test_an_integer_past_a_float_is_not_finite():
     assert not protocol.finite(10**400) and protocol.finite(10**300) and not protocol.finite(True)
     with pytest.raises(protocol.BadField):
         protocol.get_float({"t": 10**400}, "t", 0.0, 0.0, 10.0)
+
+
+def test_distinct_wrong_http_bearers_back_off_and_then_even_the_right_one_waits(serve):
+    """M1: wrong ``Authorization: Bearer`` tokens were never counted (453 guesses/s). After 5
+    distinct wrong ones from an address every bearer from it is ``rate_limited``, the right one
+    too (no oracle), while a client that repeats one bearer (the ``openai`` client) is never
+    held."""
+    token = "m1-presenter-token-0123456789"
+    server = serve("tiny", token=token, http_port=0)
+    base = server.http_url
+    body = b'{"prompt":"ab","max_tokens":1}'
+
+    def post(bearer: str, source: str) -> tuple[int, str]:
+        status, answer = _post(base, "/v1/completions", body, source, bearer=bearer)
+        return status, answer.get("error", {}).get("code", "ok")
+
+    repeated = [post("EMPTY", OTHER) for _ in range(8)]
+    guesses = [post(f"guess{i}", STUDENT) for i in range(6)]
+    right = post(token, STUDENT)
+    assert repeated == [(200, "ok")] * 8, repeated
+    assert guesses[:5] == [(200, "ok")] * 5, guesses
+    assert guesses[5] == (429, "rate_limited"), guesses
+    assert right == (429, "rate_limited"), right
+    assert post(token, OTHER) == (200, "ok")  # another address is not held
