@@ -22,7 +22,7 @@ from engine.core.engine import Engine
 from engine.core.metrics import inter_token_latencies, median
 from engine.core.sequence import Event, Sequence
 from engine.server import protocol
-from engine.server.guard import Peer, over_line
+from engine.server.guard import Peer, ip_of, is_own, over_line
 from engine.server.protocol import dumps
 
 log = logging.getLogger("fluxo.server")
@@ -273,3 +273,70 @@ def stats(seq: Sequence) -> dict[str, Any]:
         "itl_max_s": max(itl) if itl else None,
         "duration_s": (seq.finished or seq.arrival) - seq.arrival,
     }
+
+
+class SocketGate:
+    """TCP connections to the websocket port per direct address, counted from accept on, before
+    any byte of a handshake: past ``cap`` a student's address has each new one closed at once,
+    so idle sockets from one address cannot hold the process's file descriptors and lock the
+    class out (security review 2, M3). This machine's loopback (the page's relay, which carries
+    every relayed student, and load tools) is not capped; the handshake's own per-address cap
+    (``max_connections_per_address``, a coded 1013) still applies after it."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.by_ip: dict[str, int] = {}
+        self.refused = 0
+
+    def enter(self, ip: str) -> bool:
+        n = self.by_ip.get(ip, 0)
+        if n >= self.cap and not is_own(ip):
+            if not self.refused:
+                log.warning("%s holds %d sockets to the websocket port; closing new ones", ip, n)
+            self.refused += 1
+            return False
+        self.by_ip[ip] = n + 1
+        return True
+
+    def leave(self, ip: str) -> None:
+        n = self.by_ip.get(ip, 0) - 1
+        if n > 0:
+            self.by_ip[ip] = n
+        else:
+            self.by_ip.pop(ip, None)
+            if not self.by_ip:
+                self.refused = 0
+
+
+class GatedConnection(ServerConnection):
+    """The websockets server's connection, counted by a ``SocketGate`` (``gate``, set by the
+    factory ``gated``) from ``connection_made`` to ``connection_lost``."""
+
+    gate: SocketGate
+    gate_ip: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        ip = str(ip_of(peer[0]) or peer[0]) if peer else "unknown"
+        super().connection_made(transport)
+        if self.gate.enter(ip):
+            self.gate_ip = ip
+        else:
+            transport.abort()  # its file descriptor is given back before anything is read
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.gate_ip is not None:
+            self.gate.leave(self.gate_ip)
+            self.gate_ip = None
+        super().connection_lost(exc)
+
+
+def gated(gate: SocketGate) -> Callable[..., GatedConnection]:
+    """A ``create_connection`` for ``websockets.serve`` whose connections ``gate`` counts."""
+
+    def make(*args: Any, **kwargs: Any) -> GatedConnection:
+        conn = GatedConnection(*args, **kwargs)
+        conn.gate = gate
+        return conn
+
+    return make

@@ -310,3 +310,23 @@ class ErrorLog:
             exc_info=exc,
         )
         return True
+
+
+def raise_fd_limit(log: logging.Logger) -> None:
+    """Raise this process's soft limit on open files to its hard one (macOS starts at 256, below
+    a class's 16 websockets + 32 HTTP connections per student); nothing on a system without
+    ``resource`` (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for want in (hard, 10240):  # macOS: an unlimited hard limit still caps at OPEN_MAX (10240)
+        if want == resource.RLIM_INFINITY or (soft != resource.RLIM_INFINITY and soft >= want):
+            continue
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            continue
+        log.info("open files limit raised from %d to %d", soft, want)
+        return

@@ -34,7 +34,15 @@ from engine.core.metrics import summarize_window
 from engine.core.requests import RequestHandle
 from engine.core.sequence import Event
 from engine.server import guard, http_api, protocol
-from engine.server.connection import Client, Comparison, Connection, Limits, deliver
+from engine.server.connection import (
+    Client,
+    Comparison,
+    Connection,
+    Limits,
+    SocketGate,
+    deliver,
+    gated,
+)
 from engine.server.guard import Origins, Peers
 from engine.server.presenter import PresenterMessages
 from engine.server.protocol import dumps
@@ -101,6 +109,7 @@ class Server(ViewerMessages, PresenterMessages):
 
     async def serve(self, stop: asyncio.Future | None = None) -> None:
         self._loop = asyncio.get_running_loop()
+        guard.raise_fd_limit(log)  # a laptop's default (256 on macOS) is less than a class needs
         self._unsubscribe = self.engine.telemetry.subscribe(self._on_telemetry)
         self._engine_thread = threading.Thread(
             target=self.engine.run_forever,
@@ -127,6 +136,8 @@ class Server(ViewerMessages, PresenterMessages):
                 ping_interval=self.limits.keepalive_s,
                 ping_timeout=self.limits.keepalive_s,
                 process_request=self._process_request,
+                # idle sockets counted per address before any handshake byte (M3)
+                create_connection=gated(SocketGate(2 * self.limits.max_connections_per_address)),
             ) as server:
                 self.port = server.sockets[0].getsockname()[1]
                 who = (

@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from server_client import Client, url
@@ -258,3 +261,75 @@ def test_distinct_wrong_http_bearers_back_off_and_then_even_the_right_one_waits(
     assert guesses[5] == (429, "rate_limited"), guesses
     assert right == (429, "rate_limited"), right
     assert post(token, OTHER) == (200, "ok")  # another address is not held
+
+
+def _engine_with_fd_limit(tmp_path, soft: int, hard: int):
+    """``engine.serve --model tiny`` started under ``ulimit -n`` (soft, hard); (process, port)."""
+    import resource
+    import subprocess
+
+    port = free_port()
+    log = tmp_path / "engine.log"
+    env = {k: v for k, v in os.environ.items() if k != "FLUXO_TOKEN"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.serve", "--model", "tiny", "--no-calibrate"]
+        + ["--port", str(port), "--http-port", str(free_port())],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)),
+    )
+    deadline = time.monotonic() + 120
+    while "fluxo server on" not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.1)
+    return proc, port, log
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX rlimits")
+def test_300_idle_sockets_from_one_address_leave_the_class_able_to_connect(tmp_path):
+    """M3: under ``ulimit -n 256`` (the macOS default; hard 256 too, so raising the soft limit
+    cannot help), 300 TCP connections from one address that never handshake used to take every
+    file descriptor (EMFILE): another student's handshake timed out and the log filled with
+    accept tracebacks. Now the address's sockets past its cap are closed at accept."""
+    proc, port, log = _engine_with_fd_limit(tmp_path, 256, 256)
+    idle = []
+    try:
+        for _ in range(300):
+            s = socket.socket()
+            s.bind(("127.0.7.1", 0))
+            s.settimeout(5)
+            s.connect(("127.0.0.1", port))
+            idle.append(s)
+        time.sleep(0.5)
+        import psutil
+
+        fds = psutil.Process(proc.pid).num_fds()
+
+        async def classmate():
+            c = await asyncio.wait_for(student(f"ws://127.0.0.1:{port}/", OTHER), 5)
+            _, _, end, tokens = await c.chat("Hello", max_tokens=4)
+            await c.ws.close()
+            return end, tokens
+
+        end, tokens = asyncio.run(classmate())
+    finally:
+        for s in idle:
+            s.close()
+        stop(proc)
+    assert fds < 200, f"the engine holds {fds} file descriptors"
+    assert end["type"] == "done" and len(tokens) == 4, end
+    text = log.read_text()
+    assert "Traceback" not in text and "Too many open files" not in text, text[-3000:]
+
+
+@pytest.mark.skipif(not Path("/proc/self/limits").exists(), reason="reads /proc (Linux)")
+def test_the_engine_raises_its_soft_open_files_limit_to_the_hard_one(tmp_path):
+    proc, _, log = _engine_with_fd_limit(tmp_path, 256, 4096)
+    try:
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+    finally:
+        stop(proc)
+    row = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+    assert row.split()[3:5] == ["4096", "4096"], row
