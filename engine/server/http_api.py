@@ -30,6 +30,7 @@ import hashlib
 import hmac
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,9 @@ from engine.server.openai_shapes import (
     error_body,
     parse_body,
 )
+
+# One thread tokenizes every HTTP prompt, in arrival order (the engine thread only decodes).
+TOKENIZER = ThreadPoolExecutor(1, thread_name_prefix="fluxo-tokenize")
 
 if TYPE_CHECKING:  # types only: server.py imports this module
     from engine.server.server import Server
@@ -360,13 +364,24 @@ class HttpApi:
             )
             exc.param = "model"  # type: ignore[attr-defined]
             raise exc
-        token_ids, max_tokens = prompt_and_max(self.engine, args)
+        protocol.check_text_size(self.engine.config.max_model_len, args.messages, args.prompt)
+        # the address's limits before any tokenizing, and the tokenizer off the event loop: a
+        # student's long prompts cost it their own wait, not the class's (review 2, M2)
+        self.server.admit(peer, presenter or peer.own, presenter)
+        try:
+            token_ids, max_tokens = await asyncio.get_running_loop().run_in_executor(
+                TOKENIZER, prompt_and_max, self.engine, args
+            )
+        except BaseException:
+            peer.open -= 1  # admitted above; no request took it
+            raise
         tag = f"http:{self.peers.alias(key)}"
         stream = Stream()
         handle = self.server.open_request(
             stream,
             tag,
             peer,
+            admitted=True,
             exempt=presenter or peer.own,
             presenter=presenter,
             token_ids=token_ids,

@@ -266,6 +266,24 @@ def chat_args(msg: dict, max_tokens: int) -> ChatArgs:
     )
 
 
+CHARS_PER_TOKEN = 16  # more characters than this per token of context cannot fit it
+
+
+def check_text_size(max_model_len: int, messages: list[dict] | None, prompt: str | None) -> None:
+    """A prompt far longer than the context could hold is ``prompt_too_long`` before it is
+    tokenized (tens of ms per 60 KB on SmolLM2's tokenizer): no token of a real vocabulary
+    covers ``CHARS_PER_TOKEN`` characters on average (security review 2, M2)."""
+    from engine.core.errors import PromptTooLong
+
+    n = len(prompt) if prompt is not None else sum(len(m["content"]) for m in messages or ())
+    most = CHARS_PER_TOKEN * max_model_len
+    if n > most:
+        raise PromptTooLong(
+            f"the prompt has {n} characters; the context holds {max_model_len} tokens "
+            f"(at most {most} characters are tokenized)"
+        )
+
+
 def dumps(msg: dict[str, Any]) -> str:
     """Strict JSON for every client (browsers reject NaN): a ratio of nothing over nothing, or a
     percentile of no data, is sent as null."""

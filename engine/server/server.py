@@ -424,6 +424,7 @@ class Server(ViewerMessages, PresenterMessages):
         own_open: int | None = None,
         own_bucket: protocol.TokenBucket | None = None,
         ref: str | None = None,
+        admitted: bool = False,
         **submit: Any,
     ) -> RequestHandle:
         """The one way a chat enters the engine, from a websocket or the HTTP API: the address's
@@ -431,8 +432,10 @@ class Server(ViewerMessages, PresenterMessages):
         ``Connection`` or an HTTP ``Stream``: ``open``, ``closed``, ``send``) receives the
         protocol's token/done/error messages on the loop, one burst per hand-off. The address's
         open request is given back at once if the engine refuses the request, else when its
-        answer ends (``deliver`` for a websocket, the HTTP handler's ``finally``)."""
-        self.admit(peer, exempt, presenter, own_open, own_bucket)
+        answer ends (``deliver`` for a websocket, the HTTP handler's ``finally``). ``admitted``:
+        the caller already ran ``admit`` (HTTP does, before tokenizing)."""
+        if not admitted:
+            self.admit(peer, exempt, presenter, own_open, own_bucket)
         try:
             handle = self.engine.submit(
                 client=client_id, sink=functools.partial(self._event_for, client), **submit

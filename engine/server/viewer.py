@@ -39,6 +39,7 @@ class ViewerMessages:
     # -- viewer messages ---------------------------------------------------------------------------
     async def _on_chat(self, conn: Connection, msg: dict) -> None:
         args = protocol.chat_args(msg, self.engine.config.max_new_tokens_limit)
+        protocol.check_text_size(self.engine.config.max_model_len, args.messages, args.prompt)
         # an exempt client is held to its connection's own limits; a student to its address's
         handle = self.open_request(
             conn,

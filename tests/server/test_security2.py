@@ -16,7 +16,9 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -333,3 +335,62 @@ def test_the_engine_raises_its_soft_open_files_limit_to_the_hard_one(tmp_path):
         stop(proc)
     row = next(line for line in limits.splitlines() if line.startswith("Max open files"))
     assert row.split()[3:5] == ["4096", "4096"], row
+
+
+def test_long_prompts_are_refused_untokenized_and_admission_comes_before_the_tokenizer(
+    serve, monkeypatch
+):
+    """M2: HTTP tokenized every prompt on the event loop before the address's limits (20-36 ms
+    per 60 KB on SmolLM2): one student pushed /health to 0.7 s. Now a prompt longer than the
+    context could hold is ``prompt_too_long`` untokenized (websocket too), a student over its
+    open requests is refused before its prompt is tokenized, and tokenizing runs off the loop."""
+    from engine.server import http_api
+
+    server = serve("tiny", http_port=0)
+    calls: list[str] = []
+    original = http_api.prompt_and_max
+
+    def counted(engine, args):
+        calls.append(threading.current_thread().name)
+        return original(engine, args)
+
+    monkeypatch.setattr(http_api, "prompt_and_max", counted)
+    huge = json.dumps({"prompt": "x" * 60_000, "max_tokens": 1}).encode()
+    small = b'{"prompt":"ab","max_tokens":2,"ignore_eos":true}'
+    status, body = _post(server.http_url, "/v1/completions", huge)
+    assert (status, body["error"]["code"]) == (400, "prompt_too_long"), body
+    assert calls == [], "a 60 KB prompt was tokenized"
+
+    limit = server.limits.max_open_requests
+    server.engine.pause()
+    try:
+        with ThreadPoolExecutor(limit) as pool:
+            held = [
+                pool.submit(_post, server.http_url, "/v1/completions", small) for _ in range(limit)
+            ]
+            deadline = time.monotonic() + 20
+            while server.engine.queue_len() < limit and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.engine.queue_len() == limit
+            status, body = _post(server.http_url, "/v1/completions", small)
+            assert (status, body["error"]["code"]) == (429, "too_many_requests"), body
+            assert len(calls) == limit, "the refused request was tokenized first"
+            server.engine.resume()
+            assert [f.result(60)[0] for f in held] == [200] * limit
+    finally:
+        server.engine.resume()
+    assert calls and all(name.startswith("fluxo-tokenize") for name in calls), calls
+
+    submitted: list[int] = []
+    submit = server.engine.submit
+    monkeypatch.setattr(server.engine, "submit", lambda **kw: submitted.append(1) or submit(**kw))
+
+    async def websocket():
+        c = await student(url(server))
+        await c.send({"type": "chat", "prompt": "y" * 40_000, "max_tokens": 1, "ref": "long"})
+        answer = await c.until(lambda m: m.get("ref") == "long", 30)
+        await c.ws.close()
+        return answer
+
+    answer = asyncio.run(websocket())
+    assert answer["code"] == "prompt_too_long" and submitted == [], answer
