@@ -51,6 +51,7 @@ from engine.server.completions import (
 )
 from engine.server.http11 import MAX_HEAD_BYTES, Conn, Gone, Request, TooLargeClose
 from engine.server.openai_shapes import (
+    CompletionArgs,
     MethodNotAllowed,
     ModelNotFound,
     NotFound,
@@ -364,17 +365,7 @@ class HttpApi:
             )
             exc.param = "model"  # type: ignore[attr-defined]
             raise exc
-        protocol.check_text_size(self.engine.config.max_model_len, args.messages, args.prompt)
-        # the address's limits before any tokenizing, and the tokenizer off the event loop: a
-        # student's long prompts cost it their own wait, not the class's (review 2, M2)
-        self.server.admit(peer, presenter or peer.own, presenter)
-        try:
-            token_ids, max_tokens = await asyncio.get_running_loop().run_in_executor(
-                TOKENIZER, prompt_and_max, self.engine, args
-            )
-        except BaseException:
-            peer.open -= 1  # admitted above; no request took it
-            raise
+        token_ids, max_tokens = await self._admit_and_tokenize(peer, presenter, args)
         tag = f"http:{self.peers.alias(key)}"
         stream = Stream()
         handle = self.server.open_request(
@@ -408,6 +399,22 @@ class HttpApi:
             gen.close()
             peer.open -= 1
             self.in_flight -= 1
+
+    async def _admit_and_tokenize(
+        self, peer: guard.Peer, presenter: bool, args: CompletionArgs
+    ) -> tuple[list[int], int]:
+        """The address's limits before any tokenizing, and the tokenizer off the event loop: a
+        student's long prompts cost that student's wait, not the class's (review 2, M2). On
+        success the address holds one more open request (``open_request(admitted=True)``)."""
+        protocol.check_text_size(self.engine.config.max_model_len, args.messages, args.prompt)
+        self.server.admit(peer, presenter or peer.own, presenter)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                TOKENIZER, prompt_and_max, self.engine, args
+            )
+        except BaseException:
+            peer.open -= 1  # admitted above; no request took it
+            raise
 
     def _bearer_presents(self, req: Request, peer: guard.Peer) -> bool:
         """``Authorization: Bearer <presenter token>``: a teacher's load tool, exempt from a

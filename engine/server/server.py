@@ -140,18 +140,7 @@ class Server(ViewerMessages, PresenterMessages):
                 create_connection=gated(SocketGate(2 * self.limits.max_connections_per_address)),
             ) as server:
                 self.port = server.sockets[0].getsockname()[1]
-                who = (
-                    "presenter token required for control"
-                    if self.token
-                    else "loopback: every client presents"
-                )
-                log.info("fluxo server on ws://%s:%d (%s)", self.host, self.port, who)
-                if self.token is not None and len(self.token) < 16:
-                    log.warning(
-                        "the presenter token has %d characters: a short or chosen one falls to "
-                        "a dictionary; use 16 or more random ones (the launcher generates one)",
-                        len(self.token),
-                    )
+                self._announce()
                 await self._start_http()
                 self.ready.set()
                 await (stop if stop is not None else asyncio.get_running_loop().create_future())
@@ -163,6 +152,21 @@ class Server(ViewerMessages, PresenterMessages):
             self._unsubscribe()
             self._stop_engine.set()
             self._engine_thread.join(timeout=10)
+
+    def _announce(self) -> None:
+        """Say where the server listens and who presents; warn about a short token (M1)."""
+        who = (
+            "presenter token required for control"
+            if self.token
+            else "loopback: every client presents"
+        )
+        log.info("fluxo server on ws://%s:%d (%s)", self.host, self.port, who)
+        if self.token is not None and len(self.token) < 16:
+            log.warning(
+                "the presenter token has %d characters: a short or chosen one falls to "
+                "a dictionary; use 16 or more random ones (the launcher generates one)",
+                len(self.token),
+            )
 
     async def _start_http(self) -> None:
         """The OpenAI-compatible API on its own port, when asked for."""
