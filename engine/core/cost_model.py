@@ -6,19 +6,25 @@ the machine (the page, a browser or another process taking the cores: a step slo
 Each step record carries ``expected_s``: the duration this model predicts for the step's work,
 so the page shows measured against expected, and a spike with no work behind it is the machine.
 
-The forward's cost is close to linear in four counts of the flat ragged batch:
+The forward's cost is close to linear in five counts of the flat ragged batch:
 
-    compute_s = c0 + c_tok * tokens + c_row * logit_rows + c_attn * attention_pairs
+    compute_s = c0 + c_tok * tokens + c_row * logit_rows
+                + c_pre * prefill_pairs + c_dec * decode_pairs
 
 ``tokens`` rows go through every projection and MLP (the weights are read once per step, so c0
-is large on a CPU), ``logit_rows`` through the 49,152-wide LM head, and ``attention_pairs``
-(sum over sequences of new tokens x context) through attention. The fit is a *lower envelope*:
-load only ever adds time, so after a first least-squares fit the model is refitted on the half
-of the samples that ran fastest relative to it, twice. Samples come from a short calibration
-run at server start (``Engine.calibrate``, a few prompts of different sizes on a quiet machine)
-and from every step since (a rolling window), so the model follows the machine if it changes.
-Host work outside the forward (prepare, token copy, streaming) is expected at its recent lower
-quartile. Fitting costs ~0.2 ms every 16 steps.
+is large on a CPU), ``logit_rows`` through the 49,152-wide LM head, and attention pairs (sum over
+sequences of new tokens x context) through attention, priced apart for prompt chunks and for
+decode rows: a decode row reads its whole cache for one query, a prompt chunk shares each read
+among its rows (on q4, 2 cores: ~3.5 ms against ~0.7 ms per 1,000 pairs, 2026-12-02; one price
+for both was 2x off for decode at 450 tokens of context). The fit is a *lower envelope* in
+relative terms: each sample weighs by its own duration (a 300 ms prefill does not drown the 3 ms
+decode steps that make up most of serving), load only ever adds time, so after a first fit the
+model is refitted on the half of the samples that ran fastest relative to it, twice. Fitted on
+absolute error, the decode steps of a 1-slot run were predicted at half their measured time.
+Samples come from a short calibration run at server start (``Engine.calibrate``, a few prompts
+of different sizes on a quiet machine) and from every step since (a rolling window), so the
+model follows the machine if it changes. Host work outside the forward (prepare, token copy,
+streaming) is expected at its recent lower quartile. Fitting costs ~0.2 ms every 16 steps.
 """
 
 from __future__ import annotations
@@ -40,9 +46,17 @@ class StepWork:
     tokens: int  # rows of the flat batch (decode rows, dead rows, prefill tokens)
     logit_rows: int  # rows that go through the LM head
     attention_pairs: int  # sum over sequences of new tokens x (cached + new) tokens
+    decode_pairs: int = 0  # the part of attention_pairs that single-token rows attend
 
     def features(self) -> list[float]:
-        return [1.0, float(self.tokens), float(self.logit_rows), self.attention_pairs / 1000.0]
+        prefill = self.attention_pairs - self.decode_pairs
+        return [
+            1.0,
+            float(self.tokens),
+            float(self.logit_rows),
+            prefill / 1e3,
+            self.decode_pairs / 1e3,
+        ]
 
 
 class CostModel:
@@ -76,16 +90,18 @@ class CostModel:
         if not self._spans_shapes():
             return
         samples = self.pinned + list(self.recent)
-        x = np.array([s[0] for s in samples])  # [n, 4]
+        x = np.array([s[0] for s in samples])  # [n, 5]
         y = np.array([s[1] for s in samples])  # [n]
-        keep = np.ones(len(y), dtype=bool)
-        coef = _nonneg_lstsq(x, y)
+        w = 1.0 / np.maximum(y, 1e-6)  # relative error: every step counts alike
+        coef = _nonneg_lstsq(x * w[:, None], y * w)
         for _ in range(2):  # the lower envelope: refit on the faster half relative to the fit
             ratio = y / np.maximum(x @ coef, 1e-6)
-            keep = ratio <= np.median(ratio)
-            if keep.sum() < 4:
+            # the faster half, and every sample within 5 % of the fit: a shape that fits well is
+            # never dropped whole by rounding (then its price could not be told apart)
+            keep = ratio <= max(np.median(ratio), 1.05)
+            if keep.sum() < 5:
                 break
-            coef = _nonneg_lstsq(x[keep], y[keep])
+            coef = _nonneg_lstsq(x[keep] * w[keep, None], y[keep] * w[keep])
         self.coef = coef
 
     def predict_compute(self, work: StepWork) -> float | None:
@@ -103,6 +119,19 @@ class CostModel:
         return compute + host
 
 
+class FrozenCostModel(CostModel):
+    """A fitted model that learns no more: one yardstick for several engines (a lesson's runs,
+    each on a fresh engine, priced by the same calibration)."""
+
+    def __init__(self, fitted: CostModel) -> None:
+        super().__init__()
+        self.coef = None if fitted.coef is None else fitted.coef.copy()
+        self.host = deque(fitted.host, maxlen=fitted.host.maxlen)
+
+    def observe(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 def itl_chunk_budget(
     model: CostModel,
     decodes: int,
@@ -116,14 +145,15 @@ def itl_chunk_budget(
     tokens each, with the chunk at the end of a ``prompt``-token prompt (its costliest place):
     Sarathi-Serve's token budget from an inter-token-latency target, on this machine's own
     costs. None before the model is fitted."""
-    base = model.predict_compute(StepWork(decodes, decodes, decodes * context))
+    base = model.predict_compute(StepWork(decodes, decodes, decodes * context, decodes * context))
     if base is None:
         return None
     best = decodes + 1
     for budget in range(decodes + 1, most + 1):
         c = budget - decodes
         pairs = decodes * context + c * max(prompt, c)
-        if model.predict_compute(StepWork(budget, decodes + 1, pairs)) > factor * base:
+        work = StepWork(budget, decodes + 1, pairs, decodes * context)
+        if model.predict_compute(work) > factor * base:
             break
         best = budget
     return best
@@ -142,7 +172,10 @@ def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
-CALIBRATION_ROUNDS = ((1, 24), (4, 48), (8, 96), (2, 384))  # (requests, prompt tokens) per round
+# (requests, prompt tokens) per round, 8 new tokens each: decode steps of 1 and 8 rows at short
+# context and of 4 rows at long context, prompt steps of 24 to 1,536 tokens and 1 to 8 rows, so
+# each price has steps that move it alone (~2 s for SmolLM2 on 2 cores).
+CALIBRATION_ROUNDS = ((1, 24), (8, 24), (1, 96), (4, 384))
 
 
 @runtime_checkable
@@ -165,7 +198,7 @@ def calibrate(
     engine: Calibrated, rounds: tuple[tuple[int, int], ...] = CALIBRATION_ROUNDS
 ) -> float:
     """Run on ``engine`` (an idle ``Engine``, before serving) a few prompts of different sizes
-    (``(requests, prompt tokens)`` per round, 6 new tokens each) so its cost model knows this
+    (``(requests, prompt tokens)`` per round, 8 new tokens each) so its cost model knows this
     machine's quiet step costs. The calibration steps are then dropped from the telemetry.
     Returns the seconds it took (~3 s for SmolLM2 on 2 cores)."""
     t0 = time.perf_counter()
@@ -181,7 +214,7 @@ def calibrate(
                     first = (engine.calibrations + i) % max(1, len(base))
                     engine.submit(
                         token_ids=[base[first]] + [7 + i] + ids[2:],
-                        max_new_tokens=6,
+                        max_new_tokens=8,
                         ignore_eos=True,
                         client="calibration",
                     )

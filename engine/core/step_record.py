@@ -76,10 +76,11 @@ def kv_view(blocks: BlockManager, running: list[Sequence], block_size: int) -> K
 
 def step_work(batch: ScheduledBatch, rows: list) -> StepWork:
     """The counts the cost model prices, taken before the step advances ``num_computed``."""
-    pairs = sum(n * (seq.num_computed + n) for seq, n in batch.items)
-    pairs += sum(s.num_computed + 1 for s in batch.dead)
+    decode = sum(seq.num_computed + 1 for seq, n in batch.items if n == 1)
+    decode += sum(s.num_computed + 1 for s in batch.dead)
+    prefill = sum(n * (seq.num_computed + n) for seq, n in batch.items if n > 1)
     tokens = sum(n for _, n in batch.items) + len(batch.dead)
-    return StepWork(tokens=tokens, logit_rows=len(rows), attention_pairs=pairs)
+    return StepWork(tokens, len(rows), prefill + decode, decode)
 
 
 def step_record(

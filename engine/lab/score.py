@@ -36,7 +36,7 @@ from engine.workloads.trace import SCORE_RATIO_KEYS, BadTrace, TraceItem
 
 # c0 (s a step), per row of the flat batch, per logit row, per 1000 attention pairs: the forward's
 # cost model (engine/core/cost_model.py) with fixed coefficients. A decode step of 8 rows: 40 ms.
-PRICES = (0.028, 0.0015, 0.0, 0.0)
+PRICES = (0.028, 0.0015, 0.0, 0.0, 0.0)
 TTFT_TARGET_S = 2.0
 CONFIG = dict(max_slots=8, kv_blocks=1024, block_size=16, chunk_budget=64, fill_timeout_s=0.5)
 RATIO_KEYS = SCORE_RATIO_KEYS

@@ -101,8 +101,8 @@ def test_itl_chunk_budget_is_the_largest_within_the_target():
 
     model = CostModel()
     assert itl_chunk_budget(model, 6, 300, 384) is None  # not fitted yet
-    model.coef = np.array([0.002, 0.0004, 0.001, 0.0])
+    model.coef = np.array([0.002, 0.0004, 0.001, 0.0, 0.0])
     assert itl_chunk_budget(model, 6, 300, 384) == 29
     assert itl_chunk_budget(model, 6, 300, 384, factor=1.5) == 16
-    model.coef = np.array([0.002, 0.0004, 0.001, 0.001])  # attention now costs: smaller budget
+    model.coef = np.array([0.002, 0.0004, 0.001, 0.001, 0.001])  # attention costs: a smaller budget
     assert itl_chunk_budget(model, 6, 300, 384) < 29
