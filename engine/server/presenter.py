@@ -10,11 +10,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from engine.core.errors import FluxoError, KVOverMemory
+from engine.core.errors import FluxoError, InvalidConfig, KVOverMemory
+from engine.core.requests import encode
 from engine.server import protocol
 from engine.server.connection import Comparison, Connection, Limits
+from engine.workloads import capacity
 from engine.workloads.traffic import CLIENT as TRAFFIC_CLIENT
-from engine.workloads.traffic import TrafficParams, TrafficSource
+from engine.workloads.traffic import MAX_RATE, TrafficParams, TrafficSource
 
 if TYPE_CHECKING:  # types only
     from engine.core.engine import Engine
@@ -59,6 +61,8 @@ class PresenterMessages:
     config_view: dict[str, Any]
     traffic: TrafficParams | None
     traffic_stats: dict[str, int]
+    traffic_capacity: float | None
+    _shapes: dict[tuple, capacity.Shape]
     _traffic_task: asyncio.Task | None
     _compare_running: bool
     _compare_task: asyncio.Task | None
@@ -113,14 +117,37 @@ class PresenterMessages:
             raise protocol.BadField(
                 f"traffic action must be start or stop, got {protocol.show(action)}"
             )
-        self._stop_traffic()
         if action == "start":
             params = TrafficParams.from_message(
                 {k: v for k, v in msg.items() if k not in ("type", "action", "ref")}
             )
+            # Off the loop: counting the shape tokenizes a hundred prompts (~50 ms on SmolLM2).
+            cap = await asyncio.to_thread(self.capacity, params)
+            if params.load is not None:
+                if cap is None:
+                    raise InvalidConfig(
+                        "traffic load needs the cost model, which has not seen enough steps yet "
+                        "(a server started with --no-calibrate): give rate in requests/s"
+                    )
+                params.rate = round(min(MAX_RATE, params.load * cap), 3)
+        self._stop_traffic()
+        if action == "start":
             self.traffic, self.traffic_stats = params, {"sent": 0, "dropped": 0}
+            self.traffic_capacity = cap
             self._traffic_task = asyncio.create_task(self._traffic_loop(params))
         self.broadcast_state()
+
+    def capacity(self, params: TrafficParams) -> float | None:
+        """Requests/s at which the engine, as configured once queued changes apply, would be 100 %
+        busy with ``params``' traffic (``engine/workloads/capacity.py``); None before the cost
+        model is fitted. The shape is counted once per traffic (rate and load aside)."""
+        key = (params.prompts, params.lengths, params.median, params.sigma, params.max_tokens)
+        key += (params.seed,)
+        if key not in self._shapes:
+            tok = self.engine.tokenizer
+            self._shapes[key] = capacity.shape_of(params, lambda p: encode(tok, prompt=p))
+        config = self.engine.config.updated(**self.config_view)
+        return capacity.capacity(self.engine.cost_model, self._shapes[key], config)
 
     def _stop_traffic(self) -> None:
         if self._traffic_task is not None:

@@ -84,6 +84,8 @@ class Server(ViewerMessages, PresenterMessages):
         self.conns: set[Connection] = set()
         self.traffic: TrafficParams | None = None
         self.traffic_stats = {"sent": 0, "dropped": 0}
+        self.traffic_capacity: float | None = None  # requests/s at 100 % busy, when it started
+        self._shapes: dict[tuple, Any] = {}  # traffic shapes counted (engine/workloads/capacity.py)
         self._traffic_task: asyncio.Task | None = None
         self._compare_running = False
         self._compare_task: asyncio.Task | None = (
@@ -368,7 +370,11 @@ class Server(ViewerMessages, PresenterMessages):
             "comparing": self._compare_running,  # the live engine and traffic are held meanwhile
             "traffic": None
             if self.traffic is None
-            else {**self.traffic.to_dict(), **self.traffic_stats},
+            else {
+                **self.traffic.to_dict(),
+                **self.traffic_stats,
+                "capacity": self.traffic_capacity,
+            },
             "role": None if conn is None else ("presenter" if conn.presenter else "viewer"),
             "queue_len": self.engine.queue_len(),
             "running": running,

@@ -17,12 +17,19 @@ from engine.workloads.canonical import CHAT_PROMPTS, LONG_CONTEXT, mixed_is_long
 
 PROMPT_SETS = ("chat", "long", "mixed")
 LENGTH_LAWS = ("natural", "lognormal", "uniform")
+MAX_RATE = 500.0  # requests/s: room for a GPU's capacity, and still a bounded generator
+MAX_LOAD = 10.0  # x capacity
 CLIENT = "traffic"  # the client id of generated requests: the page tells them from people's
 
 
 @dataclass(slots=True)
 class TrafficParams:
     rate: float = 1.0  # requests per second, Poisson
+    # The offered load as a multiple of this engine's capacity for this traffic (the requests/s
+    # at which it would be 100 % busy: engine/workloads/capacity.py). When given, the server
+    # sets ``rate`` from it once, against the configuration in force when the traffic starts,
+    # so a lesson's later switches (more slots, paged KV) meet the same arrivals.
+    load: float | None = None
     prompts: str = "chat"
     lengths: str = "lognormal"
     median: int = 40
@@ -34,7 +41,7 @@ class TrafficParams:
     def from_message(cls, msg: dict[str, Any]) -> TrafficParams:
         """Validate a ``traffic`` start message (or a lesson's ``[traffic]`` table)."""
         p = cls()
-        for name in ("rate", "sigma"):
+        for name in ("rate", "sigma", "load"):
             if name in msg:
                 v = msg[name]
                 if not is_finite(v):
@@ -53,8 +60,10 @@ class TrafficParams:
                         f"traffic {name} must be one of {', '.join(allowed)}, got {msg[name]!r}"
                     )
                 setattr(p, name, msg[name])
-        if not 0 < p.rate <= 50:
-            raise InvalidConfig(f"traffic rate must be in (0, 50] requests/s, got {p.rate}")
+        if not 0 < p.rate <= MAX_RATE:
+            raise InvalidConfig(f"traffic rate must be in (0, {MAX_RATE}] requests/s, got {p.rate}")
+        if p.load is not None and not 0 < p.load <= MAX_LOAD:
+            raise InvalidConfig(f"traffic load must be in (0, {MAX_LOAD}] x capacity, got {p.load}")
         if not 1 <= p.max_tokens <= 1024:
             raise InvalidConfig(f"traffic max_tokens must be in [1, 1024], got {p.max_tokens}")
         if not 1 <= p.median <= p.max_tokens:

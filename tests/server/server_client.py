@@ -114,14 +114,18 @@ def start_server(
     token: str | None = None,
     host: str = "127.0.0.1",
     http_port: int | None = None,
+    calibrate: bool = False,
     **config: Any,
 ) -> tuple[Server, Callable[[], None]]:
     """A fresh server (fresh engine on ``weights``, 8 slots and 256 blocks unless ``config`` says
-    otherwise; ``http_port=0``: the HTTP API on any free port); returns it and its stop."""
+    otherwise; ``http_port=0``: the HTTP API on any free port; ``calibrate``: its cost model
+    calibrated first, as ``engine.serve`` does); returns it and its stop."""
     m, tok = weights
     cfg: dict[str, Any] = {"max_slots": 8, "kv_blocks": 256, **(TINY if model == "tiny" else {})}
     cfg.update(config)
     engine = Engine(EngineConfig(**cfg), model=m, tokenizer=tok, max_telemetry_steps=5000)
+    if calibrate:
+        engine.calibrate()
     comparison = Comparison(scenario.compare, tuple(specs.WORKLOADS))
     server = Server(
         engine, host, 0, token, limits, model_name=model, http_port=http_port, comparison=comparison

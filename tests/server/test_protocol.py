@@ -286,3 +286,49 @@ def test_non_finite_numbers_go_out_as_null():
         {"type": "compare", "ratios": {"a": float("nan"), "b": [1.5, float("inf")]}, "n": 3}
     )
     assert json.loads(text) == {"type": "compare", "ratios": {"a": None, "b": [1.5, None]}, "n": 3}
+
+
+def test_traffic_in_units_of_capacity(serve):
+    """``load`` is a multiple of the requests/s at which the engine would be 100 % busy with this
+    traffic (engine/workloads/capacity.py): the server sets the rate from it once, against the
+    configuration in force, and says both; later switches meet the same arrivals."""
+    server = serve(model="tiny", calibrate=True, max_slots=2)
+    traffic = {"type": "traffic", "action": "start", "prompts": "chat", "lengths": "uniform"}
+    traffic |= {"median": 8, "max_tokens": 16}
+
+    async def main():
+        c = await open_client(url(server))
+        await c.send({**traffic, "load": 0.5})
+        st = await c.until(lambda m: m["type"] == "state" and m["traffic"])
+        cap = st["traffic"]["capacity"]
+        assert cap > 0 and st["traffic"]["load"] == 0.5
+        assert st["traffic"]["rate"] == round(0.5 * cap, 3)
+        await c.send({"type": "control", "max_slots": 8})  # the same arrivals meet more slots
+        st = await c.until(lambda m: m["type"] == "state" and m["config"]["max_slots"] == 8)
+        assert st["traffic"]["rate"] == round(0.5 * cap, 3)
+        await c.send({**traffic, "load": 0.5})  # sized anew: 8 slots serve more than 2
+        st = await c.until(
+            lambda m: m["type"] == "state" and m["traffic"] and m["traffic"]["capacity"] != cap
+        )
+        assert st["traffic"]["capacity"] > cap
+        await c.send({**traffic, "rate": 3.0})  # requests/s stays available, said in units too
+        st = await c.until(lambda m: m["type"] == "state" and m["traffic"]["rate"] == 3.0)
+        assert st["traffic"]["load"] is None and st["traffic"]["capacity"] > 0
+        for bad in ({"load": 0}, {"load": 11}, {"load": "x"}):
+            await c.send({**traffic, **bad})
+            assert (await c.until(lambda m: m["type"] == "error"))["code"] == "invalid_config"
+        await c.send({"type": "traffic", "action": "stop"})
+
+    asyncio.run(main())
+
+
+def test_a_load_needs_a_fitted_cost_model(serve):
+    server = serve(model="tiny")  # not calibrated, no step run yet
+
+    async def main():
+        c = await open_client(url(server))
+        await c.send({"type": "traffic", "action": "start", "load": 1.0})
+        err = await c.until(lambda m: m["type"] == "error")
+        assert err["code"] == "invalid_config" and "rate" in err["message"]
+
+    asyncio.run(main())
