@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from engine.core import cpu
+from engine.core import cpu, threads
 from engine.core.config import DEVICES, FLAGS, WEIGHTS, EngineConfig, lab_weights
 from engine.core.engine import Engine
 from engine.core.errors import FluxoError
@@ -162,6 +162,12 @@ def _limit_args(ap: argparse.ArgumentParser) -> None:
         help="step records kept for late subscribers and export",
     )
     ap.add_argument(
+        "--metrics-window",
+        type=float,
+        default=Limits().metrics_window_s,
+        help="seconds the headline metrics summarize (the lesson preflight's short visits: less)",
+    )
+    ap.add_argument(
         "--max-conns",
         type=int,
         default=Limits().max_connections_per_address,
@@ -293,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
         max_open_requests=args.max_open,
         max_requests_per_s=args.rate_limit,
         max_connections_per_address=args.max_conns,
+        metrics_window_s=args.metrics_window,
     )
     http_port = (
         (args.port + 1 if args.port else 0) if args.http_port is None else (args.http_port or None)
@@ -313,4 +320,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    threads.enable()  # a busy neighbour costs its share (engine/core/threads.py); so `make lab`
     main()

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine.core import cost_model, device, runners
+from engine.core import cost_model, device, runners, threads
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
 from engine.core.cost_model import CostModel
@@ -75,6 +75,7 @@ class Engine:
         self.cost_model = self.scheduler.cost_model = CostModel()  # the policies' views price on it
         self.calibrating = False
         self.calibrations = 0
+        self.tuner = threads.for_engine(config.device)  # a busy neighbour costs its share
 
     def now(self) -> float:
         return self._clock() - self._t0
@@ -241,13 +242,9 @@ class Engine:
         self.inbox.live.pop(seq.id, None)
         self._ended_this_step.append(seq.id)
         self.telemetry.update_request(seq)
-        if status is Status.FAILED:
-            event = Event(
-                "error", seq.id, status=status.value, error_code=seq.error_code, error=seq.error
-            )
-        else:
-            event = Event("done", seq.id, status=status.value)
-        seq.emit(event)
+        failed = status is Status.FAILED
+        info = {"error_code": seq.error_code, "error": seq.error} if failed else {}
+        seq.emit(Event("error" if failed else "done", seq.id, status=status.value, **info))
 
     # -- one step: prepare -> execute (runners.py) -> finish -----------------------------------
     def step(self) -> Record | None:
@@ -333,6 +330,8 @@ class Engine:
             work, self.step_count, t_end, self._ended_this_step, queue_len, self.cost_model
         )
         observe_cost(self.cost_model, work, pin=self.calibrating)
+        if self.tuner is not None and not self.calibrating:
+            self.tuner.step(work.spans, work.cost, self.cost_model, self.telemetry, t_end)
         self.telemetry.add_step(record)
         return record
 
