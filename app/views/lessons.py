@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import i18n, recording, roofline_chart, state, ui
+from app import i18n, preflight, recording, roofline_chart, state, ui
 from engine.workloads.lessons import LESSONS_DIR, as_shown, compares, lesson_dirs
 
 # Every word this page shows, in both languages (the lesson texts name these exact labels).
@@ -51,7 +51,7 @@ WORDS = {
         "lesson": "aula",
         "scenario": "Cenário",
         "setup": "Preparar este cenário",
-        "setup_ok": "Cenário rodando: abra a página Live.",
+        "setup_ok": "Cenário rodando: abra a página Ao vivo.",
         "compare": "Rodar a comparação desta aula",
         "compare_help": "Repete a carga da aula nas duas configurações, em motores novos; "
         "o tráfego ao vivo fica suspenso enquanto isso.",
@@ -278,6 +278,7 @@ with right:
         args=(name,),
     ):
         st.switch_page("views/live.py")
+    preflight.view(int(scenario["lesson"]["number"]), presenter, lang)
     watch = scenario.get("watch")
     if watch:
         st.markdown(f"**{words['watch']}**")

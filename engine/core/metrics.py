@@ -17,8 +17,8 @@ Step time has three meanings, so three names (never one label for two numbers):
   overlap benchmark's steady state).
 
 Decode rate has two: ``decode_tput`` = the median over decode-only steps of decode tokens / step
-cost (robust to one stalled step: the lessons' claim); ``decode_tokens_per_s`` = decode tokens /
-wall over all the steps given (the overlap benchmark's).
+cost (robust to one stalled step: the lessons' claim; over ``expected_s``: the cost model's
+promise); ``decode_tokens_per_s`` = decode tokens / wall over all steps (the overlap benchmark's).
 """
 
 from __future__ import annotations
@@ -151,15 +151,13 @@ def decode_only(steps: Iterable[Record]) -> list[Record]:
     return [r for r in steps if not r["tokens"]["prefill"]]
 
 
-def decode_tput(steps: Sequence[Record]) -> float:
-    """Median over decode-only steps of ``tokens.decode / step cost`` (tokens/s). The median
-    step's rate, not a sum: one step stalled by another process must not decide it."""
-    pure = [
-        r["tokens"]["decode"] / d
-        for r, d in zip(steps, step_costs(steps), strict=False)
-        if r["tokens"]["prefill"] == 0 and d > 0
-    ]
-    return median(pure)
+def decode_tput(steps: Sequence[Record], expected: bool = False) -> float:
+    """Median over decode-only steps of ``tokens.decode / step cost`` (tokens/s): one step stalled
+    by another process must not decide it. ``expected``: each step's ``expected_s`` as its cost,
+    what this machine's quiet step costs promise (NaN where the steps carry none)."""
+    costs = [r.get("expected_s") or 0 for r in steps] if expected else step_costs(steps)
+    pairs = zip(steps, costs, strict=False)
+    return median([r["tokens"]["decode"] / d for r, d in pairs if not r["tokens"]["prefill"] and d])
 
 
 def decode_tokens_per_s(steps: Sequence[Record]) -> float:
@@ -254,6 +252,7 @@ def detail(
     return {
         "step_ms": 1000 * step_med,
         "decode_tput": decode_tput(steps),
+        "decode_tput_expected": decode_tput(steps, expected=True),
         "running_itl_p50": median(itl),
         "running_itl_p99": percentile(itl, 99),
         "running_itl_max": itl_max,

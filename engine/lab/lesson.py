@@ -21,7 +21,7 @@ from engine.core import device
 from engine.core.cuda_exec import check_device
 from engine.core.errors import DeviceUnavailable
 from engine.core.model import load_model
-from engine.lab import live_steps
+from engine.lab import live_steps, preflight
 from engine.lab.prose import lesson_runs, render_numbers
 from engine.lab.replay import warm_up
 from engine.lab.scenario import Result, lesson_dir, load, run_lesson
@@ -197,6 +197,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--runs", type=int, default=3, help="--live --check: visits of the settings")
     ap.add_argument(
+        "--preflight",
+        action="store_true",
+        help="--live: the pre-class check: each lesson's claimed settings once, 10 s each (about "
+        "5 minutes for all), and per lesson shows / weak / does not show with what to do; kept for "
+        "the Lessons page",
+    )
+    ap.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -280,6 +287,8 @@ def _live(args: argparse.Namespace) -> int:
         raise SystemExit(f"error [{exc.code}]: {exc.message}") from None
     paths = lesson_dirs() if args.number == "all" else [lesson_dir(int(args.number))]
     scenarios = [load(p / "scenario.toml") for p in paths]
+    if args.preflight:
+        return preflight.run(scenarios, args.seconds, args.device)
     runs = [
         live_steps.measure(scenarios, args.seconds, args.device)
         for _ in range(args.runs if args.check else 1)

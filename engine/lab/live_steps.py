@@ -58,14 +58,19 @@ def machine_split() -> cpu.Split:
     return _SPLIT[0]
 
 
-def start_engine(model: str = "smollm2", device: str = "cpu") -> tuple[subprocess.Popen, int]:
-    """The engine server alone, as ``make lab`` starts it; returns it and its port."""
+def start_engine(
+    model: str = "smollm2", device: str = "cpu", window_s: float = 30.0
+) -> tuple[subprocess.Popen, int]:
+    """The engine server alone, as ``make lab`` starts it, its headline summarizing the last
+    ``window_s`` (the page's 30 s; the preflight's shorter visits, less); returns it and its
+    port."""
     port = lab.free_port()
     args = lab.parse_args(
         ["--model", model, "--engine-port", str(port), "--page-port", "0", "--device", device]
     )
     split = machine_split()
     engine_cmd, _ = lab.commands(args, split, None)
+    engine_cmd += ["--metrics-window", str(window_s)]
     proc = subprocess.Popen(
         engine_cmd,
         cwd=lab.ROOT,
@@ -91,9 +96,10 @@ async def _send(ws, kind: str, **fields: Any) -> None:
     await ws.send(json.dumps({"type": kind, **fields}))
 
 
-async def _window(ws, seconds: float) -> dict[str, Any] | None:
-    """Every message for ``seconds``; the last ``metrics`` summary. A coded error stops the run."""
-    last, end = None, time.monotonic() + seconds
+async def _window(ws, seconds: float) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Every message for ``seconds``; the last ``metrics`` summary and the traffic the last
+    ``state`` reports (its rate and the capacity it was sized on). A coded error stops the run."""
+    last, traffic, end = None, None, time.monotonic() + seconds
     while (left := end - time.monotonic()) > 0:
         try:
             msg = json.loads(await asyncio.wait_for(ws.recv(), left))
@@ -103,12 +109,18 @@ async def _window(ws, seconds: float) -> dict[str, Any] | None:
             raise RuntimeError(f"error [{msg['code']}]: {msg['message']}")
         if msg["type"] == "metrics":
             last = msg["summary"]
-    return last
+        if msg["type"] == "state" and msg.get("traffic"):
+            traffic = msg["traffic"]
+    return last, traffic
 
 
-async def visit(url: str, scenario: dict, seconds: float = 30.0) -> list[dict[str, Any]]:
-    """Set the lesson up as the Lessons page does, then each ``[[live]]`` setting for one
-    headline window of ``seconds``; per setting, the server's summary of that window."""
+async def visit(
+    url: str, scenario: dict, seconds: float = 30.0, warmup_s: float = 0.0
+) -> list[dict[str, Any]]:
+    """Set the lesson up as the Lessons page does, let the traffic run ``warmup_s`` (a window
+    right after a reset starts empty: the preflight's short ones would read the ramp), then each
+    ``[[live]]`` setting for one headline window of ``seconds``; per setting, the server's
+    summary of that window."""
     from websockets.asyncio.client import connect
 
     out = []
@@ -120,6 +132,8 @@ async def visit(url: str, scenario: dict, seconds: float = 30.0) -> list[dict[st
         await _send(ws, "control", **{"host_work_ms": 0.0, **scenario.get("engine", {})})
         traffic = {"action": "start", **scenario.get("traffic", {})}
         await _send(ws, "traffic", **traffic)
+        if warmup_s:
+            await _window(ws, warmup_s)
         for s in settings(scenario):
             control = {k: v for k, v in s.items() if k in CONFIG_FIELDS}
             if control:
@@ -127,26 +141,29 @@ async def visit(url: str, scenario: dict, seconds: float = 30.0) -> list[dict[st
             if s.get("traffic"):
                 traffic = {**traffic, **s["traffic"]}
                 await _send(ws, "traffic", **traffic)
-            summary = await _window(ws, seconds) or {}
+            summary, offered = await _window(ws, seconds)
+            summary = summary or {}
             row = {"name": s["name"], "name_pt-BR": s.get("name_pt", s["name"])}
             row["settings"] = {**control, **({"traffic": s["traffic"]} if s.get("traffic") else {})}
             row["summary"] = {k: summary.get(k) for k in HEADLINE}
+            if offered:  # the requests/s the load came to here, and the capacity it was sized on
+                row["offered"] = {k: offered.get(k) for k in ("rate", "load", "capacity")}
             out.append(row | {"engine": engine})
         await _send(ws, "traffic", action="stop")
     return out
 
 
 def measure(
-    scenarios: list[dict], seconds: float = 30.0, device: str = "cpu"
+    scenarios: list[dict], seconds: float = 30.0, device: str = "cpu", warmup_s: float = 0.0
 ) -> list[dict[str, Any]]:
     """Each scenario's ``[[live]]`` settings, in turn, on one server started as ``make lab``
     starts it (each lesson begins with a ``reset``, as the Lessons page's set-up does)."""
     split = machine_split()
-    proc, port = start_engine(device=device)
+    proc, port = start_engine(device=device, window_s=min(30.0, seconds))
     out = []
     try:
         for scenario in scenarios:
-            rows = asyncio.run(visit(f"ws://127.0.0.1:{port}", scenario, seconds))
+            rows = asyncio.run(visit(f"ws://127.0.0.1:{port}", scenario, seconds, warmup_s))
             out.append(
                 {
                     "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -163,7 +180,14 @@ def measure(
 
 
 # -- claims the Live page must carry ---------------------------------------------------------------
-OPS = {">": lambda r: r > 1.0, "<": lambda r: r < 1.0}
+# A claim holds when b / a is at least ``size`` (``>``, size above 1), at most it (``<``, size
+# below 1), or within it either way (``~``, size above 1: "no effect", as lesson 5's tokens/s):
+# an effect the class can see, not a direction a 1.08x drift also has.
+OPS = {
+    ">": lambda r, size: r >= size,
+    "<": lambda r, size: r <= size,
+    "~": lambda r, size: 1 / size <= r <= size,
+}
 
 
 def live_claims(scenario: dict) -> list[dict[str, Any]]:
@@ -179,6 +203,9 @@ def live_claims(scenario: dict) -> list[dict[str, Any]]:
             raise ValueError(f"live_check {c!r}: metric one of {HEADLINE}, op one of {tuple(OPS)}")
         if c.get("a") not in names or c.get("b") not in names:
             raise ValueError(f"live_check {c!r}: a and b must name [[live]] settings {names}")
+        size = c.get("size")
+        if not isinstance(size, int | float) or (size >= 1 if c["op"] == "<" else size <= 1):
+            raise ValueError(f"live_check {c!r}: size, the effect's bound: < 1 for <, else > 1")
         out.append(c)
     return out
 
@@ -194,7 +221,7 @@ def check(scenario: dict, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             a = by[c["a"]].get(c.get("over_metric", c["metric"]))
             b = by[c["b"]].get(c["metric"])
             ratios.append(b / a if a and b is not None else float("nan"))
-        ok = bool(ratios) and all(OPS[c["op"]](r) for r in ratios)  # a NaN run fails
+        ok = bool(ratios) and all(OPS[c["op"]](r, c["size"]) for r in ratios)  # NaN fails
         out.append({**c, "ratios": ratios, "min": min(ratios), "max": max(ratios), "ok": ok})
     return out
 
@@ -205,12 +232,18 @@ def checks_markdown(checks: list[dict[str, Any]], lang: str) -> str:
     for c in checks:
         text = c.get("claim_pt" if lang == "pt-BR" else "claim_en") or c["metric"]
         lo, hi = (_cell(v, 1, 2, "", lang) for v in (c["min"], c["max"]))
-        held = ("sim" if c["ok"] else "não") if lang == "pt-BR" else ("yes" if c["ok"] else "no")
+        bound = {">": "≥ ", "<": "≤ ", "~": "within "}[c["op"]] + _cell(c["size"], 1, 2, "x", lang)
+        if lang == "pt-BR":
+            bound = bound.replace("within", "dentro de")
         runs = len(c["ratios"])
         b, a = c["b"], c["a"]
         if "over_metric" in c:  # two figures of the page's headline, maybe of one setting
             b, a = f"{b}: {c['metric']}", f"{a}: {c['over_metric']}"
-        lines.append(f"- {text}: {b} / {a} = {lo}-{hi}x ({runs} runs; held: {held})")
+        if lang == "pt-BR":
+            held = f"{runs} execuções; limite {bound}; manteve: {'sim' if c['ok'] else 'não'}"
+        else:
+            held = f"{runs} runs; bound {bound}; held: {'yes' if c['ok'] else 'no'}"
+        lines.append(f"- {text}: {b} / {a} = {lo}-{hi}x ({held})")
     return "\n".join(lines)
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.config import LIVE_FIELDS, EngineConfig, lab_weights
+from engine.core.cost_model import CostModel, FrozenCostModel
+from engine.core.engine import Engine
 from engine.core.errors import InvalidConfig, UnknownMode
 from engine.core.metrics import detail
 from engine.core.metrics import ratio as _ratio
@@ -82,11 +84,14 @@ def measure(
     config: dict[str, Any],
     scale: float = 1.0,
     alternate: Spec | None = None,
+    cost: CostModel | None = None,
 ) -> Result:
     """Run ``spec`` on a fresh engine sharing ``model``'s weights; summary plus the lessons' extras.
 
     ``alternate`` (``{field, values, every}``) switches one live field between two values every
     ``every`` steps and adds the two settings' block-by-block comparison (engine/lab/interleave.py).
+    ``cost`` (a frozen, calibrated model) prices every step's ``expected_s`` instead of the fresh
+    engine's own, still unfitted, model.
     """
     items = build_workload(spec, tok, scale)
     config = {"weights": lab_weights(), **config}  # the engine the class watches (one engine)
@@ -97,6 +102,8 @@ def measure(
         on_step = interleave.switcher(
             alternate["field"], alternate["values"], int(alternate["every"])
         )
+    if cost is not None:
+        on_step = _priced_by(cost, on_step)
     driver = stepclock.run if step_clock(spec) else run
     summary, engine = driver(
         model,
@@ -119,6 +126,30 @@ def measure(
         "requests": requests,
         "tokens": tokens,
     }
+
+
+def _priced_by(cost: CostModel, then):
+    """An ``on_step`` that gives the engine ``cost`` before its first step, then calls ``then``."""
+
+    def on_step(engine, step: int) -> None:
+        if step == 0:
+            engine.cost_model = engine.scheduler.cost_model = cost
+        if then is not None:
+            then(engine, step)
+
+    return on_step
+
+
+def calibrated(model, tok) -> FrozenCostModel:
+    """This machine's quiet step costs, calibrated once on a fresh engine of the lab's weights
+    (``Engine.calibrate``) and frozen: the yardstick a lesson's claims are stated against, so
+    they hold on a slow laptop and a fast desktop alike."""
+    device = next(model.parameters()).device.type
+    engine = Engine(
+        EngineConfig(weights=lab_weights(), device=device, max_slots=8), model=model, tokenizer=tok
+    )
+    engine.calibrate()
+    return FrozenCostModel(engine.cost_model)
 
 
 def _extras(
@@ -233,6 +264,8 @@ def run_lesson(model, tok, scenario: Spec, short: bool = False) -> Result:
     # [short]: config for the shortened replay (e.g. a KV budget scaled with the answers' cap).
     base = {**scenario["engine"], **(scenario.get("short", {}) if short else {})}
     runs: dict[str, Result] = {}
+    against = any(c.get("against") for c in scenario["check"])
+    cost = calibrated(model, tok) if against else None
     for r in scenario["run"]:
         spec = SPECS[r.get("workload", wl["name"])]
         overrides = {k: v for k, v in r.items() if k in CONFIG_FIELDS}
@@ -243,7 +276,7 @@ def run_lesson(model, tok, scenario: Spec, short: bool = False) -> Result:
                 model, tok, spec, {**spec["engine"], **config}, scale, r["peer"]
             )
         else:
-            runs[r["name"]] = measure(model, tok, spec, config, scale, r.get("alternate"))
+            runs[r["name"]] = measure(model, tok, spec, config, scale, r.get("alternate"), cost)
     # A claim may hold for one replay only (``variants = ["full"]``): e.g. a median over the full
     # run's 16 requests, which the short run's 4 cannot give.
     variant = "short" if short else "full"
@@ -278,6 +311,14 @@ def evaluate(check: Spec, runs: dict[str, Result], short: bool = False) -> Resul
                 check.get("over_metric", check["metric"])
             ]
             value = value - other if check.get("mode") == "diff" else _ratio(value, other)
+        if check.get("against") == "expected":
+            # Measured over what this machine's calibrated step costs promise for the same steps
+            # (``<metric>_expected``): a claim that holds on any CPU or GPU, stated as a count.
+            key = check["metric"] + "_expected"
+            promised = run_["summary"][key]
+            if "over" in check:
+                promised = _ratio(promised, runs[check["over"]]["summary"][key])
+            value = _ratio(value, promised)
         if check.get("mode") == "ceiling":
             # A speedup over the most overlap can give, 1 / busy of the run it is measured against:
             # (b / a) x busy(a) <= 1 (plus noise) whenever b only hides a's idle device time.

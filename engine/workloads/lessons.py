@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,21 @@ def lesson_dirs() -> list[Path]:
         for p in LESSONS_DIR.iterdir()
         if p.is_dir() and p.name[:2].isdigit() and (p / "scenario.toml").exists()
     )
+
+
+def preflight_file() -> Path:
+    """Where ``python -m engine.lesson all --live --check --preflight`` keeps its last run on this
+    machine (the Fluxo cache), for the Lessons page to show beside each lesson."""
+    cache = Path(os.environ.get("FLUXO_CACHE", Path.home() / ".cache" / "fluxo"))
+    return cache / "preflight.json"
+
+
+def last_preflight() -> dict[str, Any] | None:
+    """The last preflight of this machine (``{"when", "lessons": {number: ...}}``), or None."""
+    try:
+        return json.loads(preflight_file().read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def compares(scenario: dict[str, Any]) -> list[dict[str, Any]]:

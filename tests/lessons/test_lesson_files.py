@@ -38,7 +38,7 @@ REQUIRED = {
     "09-hiding-host-work",
 }
 # The `traffic` message's vocabulary (docs/protocol.md), `action` aside.
-TRAFFIC_FIELDS = {"rate", "prompts", "lengths", "median", "sigma", "max_tokens", "seed"}
+TRAFFIC_FIELDS = {"rate", "load", "prompts", "lengths", "median", "sigma", "max_tokens", "seed"}
 CHARTS = {
     "Slot occupancy",
     "Admission stalls",
@@ -169,9 +169,8 @@ def test_lesson_files_and_scenario(path, tiny) -> None:
         names.add(r["name"])
     for c in sc["check"]:
         assert c["run"] in names and c.get("over", c["run"]) in names and c["op"] in OPS
-        assert (
-            c.get("mode", "ratio") in ("ratio", "diff", "ceiling") and c["claim"] and c["claim_pt"]
-        )
+        assert c.get("mode", "ratio") in ("ratio", "diff", "ceiling") and c["claim"]
+        assert c["claim_pt"] and c.get("against") in (None, "expected")  # the step costs' promise
     # Every [compare] is what the page sends as one `compare` message: a workload the server knows,
     # live config fields only, a scale the server accepts, and a ratio the answer carries.
     assert compares(sc), path.name
@@ -185,7 +184,7 @@ def test_lesson_files_and_scenario(path, tiny) -> None:
     fig = sc["figure"]
     assert set(fig["runs"]) <= names and fig["title_en"] and fig["title_pt"]
     assert sc["watch"]["chart"] in CHARTS and sc["watch"]["en"] and sc["watch"]["pt-BR"]
-    assert set(sc["traffic"]) <= TRAFFIC_FIELDS
+    assert set(sc["traffic"]) <= TRAFFIC_FIELDS and "load" in sc["traffic"]  # x capacity, any CPU
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)

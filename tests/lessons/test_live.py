@@ -8,14 +8,15 @@ import asyncio
 
 import pytest
 
-from engine.lab import live_steps
+from engine.lab import live_steps, preflight
 from engine.lab.scenario import lesson_dir, load
 from tests.servers import start_engine, stop
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    proc, ws_url = start_engine(tmp_path_factory.mktemp("live"), "--no-calibrate")
+    # calibrated, as `make lab` starts it: the lessons' traffic is a load in units of capacity
+    proc, ws_url = start_engine(tmp_path_factory.mktemp("live"))
     yield ws_url
     stop(proc)
 
@@ -29,23 +30,26 @@ def test_every_setting_is_visited_in_order(url) -> None:
         s = r["summary"]
         assert set(s) == set(live_steps.HEADLINE)
         assert s["throughput"] >= 0 and 0 <= s["slot_utilization"] <= 1
-    # the traffic outpaces the tiny model's steps (4 requests/s of 32 tokens): answers stream at
-    # every setting after the first window (right after a reset, a loaded machine may show none)
+    # twice one slot's capacity: answers stream at every setting after the first window (right
+    # after a reset, a loaded machine may show none), and the load came to a rate here
     assert all(r["summary"]["throughput"] > 0 for r in rows[1:])
+    offered = rows[-1]["offered"]
+    assert offered["load"] == 2.0 and offered["rate"] == round(2.0 * offered["capacity"], 3)
     assert rows[0]["engine"]["weights"] == "fp32"  # the tiny model has no quantized file
 
 
 def test_the_teachers_table(url) -> None:
-    scenario = load(lesson_dir(7) / "scenario.toml")  # a traffic setting: the rate changes
+    scenario = load(lesson_dir(7) / "scenario.toml")  # a traffic setting: the load changes
     scenario["live"] = scenario["live"][:2]
     rows = asyncio.run(live_steps.visit(url, scenario, seconds=2.5))
-    assert rows[1]["settings"] == {"traffic": {"rate": 5.0}}
+    assert rows[1]["settings"] == {"traffic": {"load": 0.9}}
+    assert rows[1]["offered"]["load"] == 0.9
     doc = {"when": "now", "load": "1.5", "seconds": 2.5, "engine_cpus": [1], "engine_threads": 1}
     en = live_steps.live_markdown(doc | {"rows": rows}, 7, "en")
     pt = live_steps.live_markdown(doc | {"rows": rows}, 7, "pt-BR")
     # the header, the rule, then one row per setting
-    assert en.count("\n| ") == 2 and "| 5 requests/s |" in en and "core(s) 1" in en
-    assert "| 5 requisições/s |" in pt and "carga média 1,5" in pt
+    assert en.count("\n| ") == 2 and "| 0.9x capacity |" in en and "core(s) 1" in en
+    assert "| 0,9x a capacidade |" in pt and "carga média 1,5" in pt
     assert "not measured yet" in live_steps.live_markdown(None, 7, "en")
 
 
@@ -64,7 +68,14 @@ def test_live_claims_hold_only_when_every_run_shows_them() -> None:
     scenario = {
         "live": [{"name": "4 slots"}, {"name": "8 slots"}],
         "live_check": [
-            {"metric": "throughput", "a": "4 slots", "b": "8 slots", "op": ">", "claim_en": "x"}
+            {
+                "metric": "throughput",
+                "a": "4 slots",
+                "b": "8 slots",
+                "op": ">",
+                "size": 1.4,
+                "claim_en": "x",
+            }
         ],
     }
     held = live_steps.check(scenario, [_run({"4 slots": 10, "8 slots": 15})] * 3)
@@ -72,8 +83,51 @@ def test_live_claims_hold_only_when_every_run_shows_them() -> None:
     one_off = [_run({"4 slots": 10, "8 slots": 15}), _run({"4 slots": 10, "8 slots": 9.5})]
     assert not live_steps.check(scenario, one_off)[0]["ok"]  # one run the other way: not carried
     assert not live_steps.check(scenario, [_run({"4 slots": 0, "8 slots": 9})])[0]["ok"]  # no data
+    # the right direction is not enough: 1.08x is a drift the class cannot see, not the effect
+    drift = live_steps.check(scenario, [_run({"4 slots": 10, "8 slots": 10.8})])[0]
+    assert not drift["ok"] and preflight.verdict(drift, drift["min"]) == "none"
+    assert preflight.verdict(drift, 1.2) == "weak"  # past half the bound's distance, in logs
+    assert preflight.verdict(drift, 1.5) == "shows" and preflight.verdict(drift, 0.9) == "none"
     text = live_steps.checks_markdown(held, "pt-BR")
-    assert "1,50-1,50x" in text and "sim" in text
+    assert "1,50-1,50x" in text and "manteve: sim" in text and "≥ 1,40x" in text
+    assert "3 execuções" in text and "runs" not in text
+
+
+def test_a_no_effect_claim_holds_within_its_band() -> None:
+    """Lesson 5's claim on a CPU: async's tokens/s within 1.15x of sync's, either way."""
+    claim = {"metric": "throughput", "a": "sync", "b": "async", "op": "~", "size": 1.15}
+    scenario = {"live": [{"name": "sync"}, {"name": "async"}], "live_check": [claim]}
+    for b, ok in ((104, True), (90, True), (120, False), (80, False)):
+        assert live_steps.check(scenario, [_run({"sync": 100, "async": b})])[0]["ok"] is ok
+    assert preflight.verdict(claim, 1.25) == "weak" and preflight.verdict(claim, 1.5) == "none"
+    bad = {**scenario, "live_check": [{**claim, "size": 0.9}]}
+    with pytest.raises(ValueError, match="size"):
+        live_steps.live_claims(bad)
+    with pytest.raises(ValueError, match="size"):  # every claim states its effect's size
+        live_steps.live_claims({**scenario, "live_check": [{**claim, "op": ">", "size": None}]})
+
+
+def test_the_preflight_visits_what_the_claims_name() -> None:
+    """Lesson 1's preflight visits 1 and 8 slots (2 and 4 carried into 8, not visited); lesson 7
+    the loads below and past the knee; a verdict per lesson, its weakest claim's."""
+    one = preflight.visits(load(lesson_dir(1) / "scenario.toml"))
+    assert [s["name"] for s in one["live"]] == ["1 slot", "8 slots"]
+    assert one["live"][1]["max_slots"] == 8
+    seven = preflight.visits(load(lesson_dir(7) / "scenario.toml"))
+    assert [s["traffic"] for s in seven["live"][1:]] == [{"load": 1.3}]
+    run = {
+        "rows": [
+            {"name": "1 slot", "summary": {"throughput": 100.0}, "offered": {"load": 2.0}},
+            {"name": "8 slots", "summary": {"throughput": 130.0}},
+        ]
+    }
+    p = preflight.verdicts(one, run)
+    assert p["verdict"] == "weak" and p["claims"][0]["min"] == 1.3 and "Replay" in p["advice_en"]
+    assert p["offered"] == {"load": 2.0}
+    run["rows"][1]["summary"]["throughput"] = 250.0
+    assert preflight.verdicts(one, run)["verdict"] == "shows"
+    eight = preflight.visits(load(lesson_dir(8) / "scenario.toml"))
+    assert preflight.verdicts(eight, {"rows": []})["verdict"] == "no_claim"
 
 
 def test_a_live_claim_must_name_the_lessons_settings() -> None:
@@ -105,7 +159,14 @@ def test_a_live_claim_may_set_two_figures_of_one_setting() -> None:
     scenario = {
         "live": [{"name": "one"}],
         "live_check": [
-            {"metric": "ttft_p50", "over_metric": "itl_p50", "a": "one", "b": "one", "op": ">"}
+            {
+                "metric": "ttft_p50",
+                "over_metric": "itl_p50",
+                "a": "one",
+                "b": "one",
+                "op": ">",
+                "size": 5.0,
+            }
         ],
     }
     run = {"rows": [{"name": "one", "summary": {"ttft_p50": 0.2, "itl_p50": 0.01}}]}
