@@ -125,6 +125,13 @@ PAGES: dict[str, tuple[str, str]] = {
     "modes": ("Modes", "Modos"),
     "traffic": ("Traffic", "Tráfego"),
     "rate": ("rate (requests/s)", "taxa (requisições/s)"),
+    "load_unit": ("offered load in", "carga oferecida em"),
+    "unit_load": ("x this engine's capacity", "x a capacidade deste motor"),
+    "unit_rate": ("requests/s", "requisições/s"),
+    "load": (
+        "load (x capacity: 1.0 keeps the engine 100 % busy)",
+        "carga (x capacidade: 1,0 deixa o motor 100 % ocupado)",
+    ),
     "prompts": ("prompts", "prompts"),
     "lengths": ("lengths", "comprimentos"),
     "median": ("median length", "comprimento mediano"),
@@ -133,6 +140,16 @@ PAGES: dict[str, tuple[str, str]] = {
     "start_traffic": ("Start traffic", "Iniciar tráfego"),
     "stop_traffic": ("Stop traffic", "Parar tráfego"),
     "traffic_on": ("**traffic:** on, {rate} req/s", "**tráfego:** ligado, {rate} req/s"),
+    "traffic_on_load": (
+        "**traffic:** on, {load}x this engine's capacity = {rate} requests/s here "
+        "(capacity {cap}/s)",
+        "**tráfego:** ligado, {load}x a capacidade deste motor = {rate} requisições/s aqui "
+        "(capacidade {cap}/s)",
+    ),
+    "traffic_on_rate": (
+        "**traffic:** on, {rate} requests/s = {load}x this engine's capacity",
+        "**tráfego:** ligado, {rate} requisições/s = {load}x a capacidade deste motor",
+    ),
     "traffic_off": ("**traffic:** off", "**tráfego:** desligado"),
     "slots": ("slots", "slots"),
     "chunk_budget": ("chunk budget (tokens)", "orçamento de chunk (tokens)"),

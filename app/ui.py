@@ -303,12 +303,16 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
         if name in config and synced.get(name) != config[name]:
             synced[name] = config[name]
             st.session_state[f"ctl_{name}"] = config[name]
-    choices = [k for k in keys if k in CHOICES]
-    numbers = [k for k in keys if k not in CHOICES]
-    cols = (st.columns(len(choices)) if choices else []) + (
-        st.columns(len(numbers)) if numbers else []
-    )
-    for col, name in zip(cols, choices + numbers, strict=True):
+    # At most two controls a row (the policy alone: its names are the longest), so no label
+    # breaks mid-word from 1280 px up, even in projector mode (tests/e2e: screenshots at 1280 and
+    # 1920 px).
+    wide = ("policy", "prefix_cache")  # the longest labels: a row of their own
+    rest = [k for k in keys if k in CHOICES and k not in wide]
+    rest += [k for k in keys if k not in CHOICES and k not in wide]
+    rows = [[k] for k in keys if k == "policy"] + [rest[i : i + 2] for i in range(0, len(rest), 2)]
+    rows += [[k] for k in keys if k == "prefix_cache"]
+    cols = [col for row in rows for col in st.columns(1 if row[0] in wide else 2)[: len(row)]]
+    for col, name in zip(cols, [k for row in rows for k in row], strict=True):
         with col:
             kw = dict(
                 key=f"ctl_{name}",

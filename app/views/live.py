@@ -47,58 +47,88 @@ def replay_view() -> None:
 
 
 def traffic_controls(c, presenter: bool, traffic: dict | None) -> None:
-    t1, t2, t3 = st.columns(3)
+    """The traffic generator. The offered load is a multiple of this engine's capacity (the
+    requests/s at which it would be 100 % busy with this traffic and these settings: the engine
+    computes it from its calibrated cost model, engine/workloads/capacity.py), so the same words
+    show the same picture on any machine; requests/s stays one click away."""
     off = not presenter
-    rate = t1.slider(w["rate"], 0.1, 10.0, 1.0, 0.1, key="tr_rate", disabled=off)
-    prompts = t2.selectbox(w["prompts"], ("chat", "long", "mixed"), key="tr_prompts", disabled=off)
-    lengths = t3.selectbox(
-        w["lengths"], ("lognormal", "natural", "uniform"), key="tr_lengths", disabled=off
+    unit = st.radio(
+        w["load_unit"],
+        ("load", "rate"),
+        format_func=lambda u: w[f"unit_{u}"],
+        horizontal=True,
+        key="tr_unit",
+        disabled=off,
     )
-    t4, t5, t6 = st.columns(3)
+    if unit == "load":
+        amount = st.slider(w["load"], 0.1, 3.0, 0.8, 0.1, key="tr_load", disabled=off)
+    else:
+        amount = st.slider(w["rate"], 0.1, 50.0, 1.0, 0.1, key="tr_rate", disabled=off)
+    # radios, one row each: a selectbox cut "lognormal" to "lognorm…" on a 1280 px projector
+    prompts = st.radio(
+        w["prompts"], ("chat", "long", "mixed"), horizontal=True, key="tr_prompts", disabled=off
+    )
+    lengths = st.radio(
+        w["lengths"],
+        ("lognormal", "natural", "uniform"),
+        horizontal=True,
+        key="tr_lengths",
+        disabled=off,
+    )
+    t4, t5 = st.columns(2)  # three a row broke "comprimento" mid-word on a 1280 px projector
     median = t4.number_input(w["median"], 8, 256, 40, key="tr_median", disabled=off)
-    sigma = t5.number_input(w["sigma"], 0.0, 2.0, 1.0, 0.1, key="tr_sigma", disabled=off)
-    tmax = t6.number_input(w["max_tokens"], 8, 1024, 256, key="tr_max", disabled=off)
-    b1, b2, b3 = st.columns([1, 1, 2])
-    if (
-        b1.button(
-            w["start_traffic"],
-            key="tr_start",
-            icon=":material/play_arrow:",
-            disabled=off,
-            type="primary",
-        )
-        and presenter
-    ):
-        ui.send(
-            c,
-            "traffic",
-            action="start",
-            rate=rate,
-            prompts=prompts,
-            lengths=lengths,
-            median=int(median),
-            sigma=float(sigma),
-            max_tokens=int(tmax),
-        )
+    tmax = t5.number_input(w["max_tokens"], 8, 1024, 256, key="tr_max", disabled=off)
+    sigma = t4.number_input(w["sigma"], 0.0, 2.0, 1.0, 0.1, key="tr_sigma", disabled=off)
+    shape = dict(prompts=prompts, lengths=lengths, median=int(median), sigma=float(sigma))
+    traffic_buttons(c, presenter, {unit: float(amount), **shape, "max_tokens": int(tmax)})
+    st.markdown(traffic_line(traffic))
+
+
+def traffic_buttons(c, presenter: bool, params: dict) -> None:
+    """Start (with ``params``) and stop, one above the other, each as wide as the column: side
+    by side they read "Start t…" on a 1280 px projector."""
+    start = st.button(
+        w["start_traffic"],
+        key="tr_start",
+        icon=":material/play_arrow:",
+        disabled=not presenter,
+        type="primary",
+        width="stretch",
+    )
+    if start and presenter:
+        ui.send(c, "traffic", action="start", **params)
         st.rerun()
-    if (
-        b2.button(w["stop_traffic"], key="tr_stop", icon=":material/stop:", disabled=off)
-        and presenter
-    ):
+    stop = st.button(
+        w["stop_traffic"],
+        key="tr_stop",
+        icon=":material/stop:",
+        disabled=not presenter,
+        width="stretch",
+    )
+    if stop and presenter:
         ui.send(c, "traffic", action="stop")
         st.rerun()
-    b3.markdown(
-        w["traffic_on"].format(rate=i18n.num(traffic.get("rate", 0), 1, lang))
-        if traffic
-        else w["traffic_off"]
-    )
+
+
+def traffic_line(traffic: dict | None) -> str:
+    """The traffic as the engine runs it: its load in units of capacity and what that is here."""
+    if not traffic:
+        return w["traffic_off"]
+    rate = i18n.num(traffic.get("rate", 0), 1, lang)
+    cap = traffic.get("capacity")
+    if traffic.get("load") is not None and cap:
+        load = i18n.num(traffic["load"], 1, lang)
+        return w["traffic_on_load"].format(load=load, rate=rate, cap=i18n.num(cap, 1, lang))
+    if cap:
+        return w["traffic_on_rate"].format(rate=rate, load=i18n.num(traffic["rate"] / cap, 2, lang))
+    return w["traffic_on"].format(rate=rate)
 
 
 def live_view() -> None:
     c = ctx.c
     st_ = c.snapshot(steps=0).state
     if ctx.chart == "all":
-        left, right = st.columns([2, 3], gap="large")
+        left, right = st.columns([1, 1], gap="large")
         with left:
             st.subheader(w["modes"])
             ui.mode_toggles(c, ctx.presenter)

@@ -89,7 +89,8 @@ def test_live_page_widgets_and_mode_toggle(page, probe):
     assert at.radio(key="ctl_kv_layout").options == ["reserved", "paged"]
     for key in ("ctl_max_slots", "ctl_chunk_budget", "ctl_kv_blocks", "tr_median", "tr_max"):
         assert not at.number_input(key=key).disabled
-    assert len(views(at)) == 1 and at.slider(key="tr_rate") is not None
+    assert len(views(at)) == 1 and at.slider(key="tr_load").value == 0.8  # x capacity
+    assert at.radio(key="tr_unit").options == ["x this engine's capacity", "requests/s"]
     assert {b.label for b in at.button} >= {
         "Start traffic",
         "Stop traffic",
