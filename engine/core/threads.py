@@ -7,106 +7,134 @@ step waits for it: on this project's 2-core machine ``bench batching --weights q
 to 235 tokens/s (0.39x) and ITL p99 rose from 28 to 178 ms, where losing one core of two should
 cost about half. One thread fewer runs on the cores the neighbour leaves.
 
-The tuner watches each step's compute time against what the cost model expects for its work
-(``engine/core/cost_model.py``, calibrated quiet): the median ratio over the last ``WINDOW``
-steps. Past ``SLOW`` (steps 1.5x their quiet cost), it tries one thread fewer for a window and
-keeps whichever ran faster for the work; below the full count, it tries the full team again every
-``RETRY_S`` seconds, so the engine takes its cores back when the neighbour leaves. Quiet steps
-never trigger it, a one-thread engine (the lab pins one to its own core) never has it, and each
-change is a telemetry event (``threads``) the page and the logs can show.
+One tuner per process (the thread count is the process's) watches each step's compute time
+against what the cost model prices its work at (``engine/core/cost_model.py``): the median ratio
+over ``WINDOW`` steps. It tries the other count (one thread fewer, or the full team again) for
+``TRIAL`` steps, priced on the model frozen as the trial began, and keeps whichever ran faster for
+the work: at once where steps run past ``SLOW`` times their quiet cost (a calibrated server sees a
+neighbour arrive), else when due (a fresh engine's model learns loaded steps as its own). Due
+means ``RETRY_S`` after a choice, ``KEEP_S`` after fewer threads won, doubling up to
+``RETRY_MAX_S`` while the choice holds: a retry of the full team under the neighbour costs a dozen
+slow steps, and rare retries keep them out of ITL p99, while the engine still takes its cores
+back when the neighbour leaves. Engines made one after another (a benchmark's runs) inherit what
+the last one found. A one-thread engine (the lab pins one to its own core) has no tuner, and
+each change is a telemetry event (``threads``) the page and the logs can show.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Callable
 from statistics import median
 
+from engine.core.cost_model import CostModel, FrozenCostModel, StepWork
+
 log = logging.getLogger("fluxo.engine")
 ENABLED = False  # set by the entry points (``enable``); tests and library use keep their threads
-_REDUCED_FROM: list[int] = []  # the full team, while a tuner runs fewer (a new engine restores it)
+_TUNER: list[ThreadTuner] = []  # the process's one tuner, made by the first CPU engine
 
-WINDOW = 24  # steps per judgement (~0.1-0.3 s of decode steps)
+WINDOW = 16  # steps per judgement (~0.1-0.2 s of decode steps)
+TRIAL = 12  # steps a trial of another count runs
 SLOW = 1.5  # median compute / expected past which the full team is suspected
 BETTER = 0.9  # a trial is kept when its median ratio is under this share of the one it left
-RETRY_S = 5.0  # below the full team: how often the full team is tried again
+RETRY_S, RETRY_MAX_S = 5.0, 120.0  # a choice stands this long, doubling while it keeps winning
+KEEP_S = 30.0  # fewer threads won: the full team is tried again no sooner
 
 
 def enable() -> None:
     """Let every CPU engine this process makes adapt its thread count (``python -m engine.serve``,
-    ``engine.bench``, ``engine.lesson``, ``engine.policy score``, and so ``make lab``)."""
+    ``engine.bench``, ``engine.lesson``, ``engine.policy score``, and so ``make lab``), unless
+    ``FLUXO_ADAPT_THREADS=0`` (to measure the fixed team, as the before column of the note did)."""
     global ENABLED
-    ENABLED = True
+    ENABLED = os.environ.get("FLUXO_ADAPT_THREADS", "1") != "0"
 
 
 def for_engine(device_kind: str) -> ThreadTuner | None:
-    """A tuner for a new engine on ``device_kind``: None unless enabled, on the CPU, with more
-    than one thread. An earlier engine's reduction is undone first: each starts with the team."""
+    """The process's tuner for a new engine on ``device_kind``: None unless enabled, on the CPU,
+    with more than one thread."""
     if not ENABLED or device_kind != "cpu":
         return None
-    import torch
+    if not _TUNER:
+        import torch
 
-    from engine.core import device
+        from engine.core import device
 
-    if _REDUCED_FROM:
-        device.run(torch.set_num_threads, _REDUCED_FROM.pop())
-    most = device.run(torch.get_num_threads)
-
-    def set_threads(n: int) -> None:
-        _REDUCED_FROM[:] = [most] if n < most else []
-        device.submit(torch.set_num_threads, n)  # between steps, on the thread that computes
-
-    return ThreadTuner(most, set_threads)
+        most = device.run(torch.get_num_threads)
+        # between steps, on the thread that computes
+        _TUNER.append(ThreadTuner(most, lambda n: device.submit(torch.set_num_threads, n)))
+    return _TUNER[0] if _TUNER[0].active else None
 
 
 class ThreadTuner:
     """Chooses the forward's thread count from the steps' measured / expected compute time."""
 
-    def __init__(self, most: int, set_threads: Callable[[int], None]) -> None:
+    def __init__(self, most: int, set_threads: Callable[[int], None], clock=time.monotonic) -> None:
         self.most = self.threads = most
-        self._set = set_threads
-        self._ratios: list[float] = []
-        self._trial_from: tuple[int, float] | None = None  # (threads, their median) while trying
+        self._set, self._clock = set_threads, clock
+        self._samples: list[tuple[float, StepWork]] = []  # (compute seconds, work) since a verdict
+        # While trying another count: the count it left, the yardstick both are priced on (the
+        # model frozen when the trial began: a fresh engine's model refits every 16 steps, and
+        # the comparison must not move with it) and the left count's median on it.
+        self._trial: tuple[int, CostModel, float] | None = None
         self._since = float("-inf")  # when the current count was chosen
+        self._wait = RETRY_S  # how long it stands
 
     @property
     def active(self) -> bool:
         return self.most > 1
 
     def step(self, spans: list[dict], work, cost_model, telemetry, t_end: float) -> None:
-        """After one step: its compute span against the cost model's price for its ``work``; a
-        change of the thread count is a telemetry event (``threads``)."""
+        """After one step: its compute span and its ``work`` (priced by the cost model); a change
+        of the thread count is a telemetry event (``threads``) at ``t_end``."""
         compute = [s["end"] - s["start"] for s in spans if s["lane"] == "compute"]
-        if compute and work is not None:
-            why = self.observe(compute[0], cost_model.predict_compute(work), t_end)
+        if compute and work is not None and cost_model.ready:
+            why = self.observe(compute[0], work, cost_model)
             if why:
                 telemetry.event(t_end, "threads", threads=self.threads, why=why)
 
-    def observe(self, compute_s: float, expected_s: float | None, now: float) -> str | None:
-        """One step's compute time and its quiet expectation; returns why the count changed, or
-        None."""
-        if not self.active or not expected_s or expected_s <= 0:
+    def observe(self, compute_s: float, work: StepWork, model: CostModel) -> str | None:
+        """One step's compute time and work; returns why the count changed, or None."""
+        if not self.active:
             return None
-        self._ratios.append(compute_s / expected_s)
-        if len(self._ratios) < WINDOW:
+        self._samples.append((compute_s, work))
+        if len(self._samples) < (TRIAL if self._trial else WINDOW):
             return None
-        ratio, self._ratios = median(self._ratios), []
-        if self._trial_from is not None:  # a trial window ended: keep the faster of the two
-            before, before_ratio = self._trial_from
-            self._trial_from = None
-            if ratio < BETTER * before_ratio:
-                return self._choose(self.threads, now, f"kept: {ratio:.2f} vs {before_ratio:.2f}")
-            return self._choose(before, now, f"back: {ratio:.2f} vs {before_ratio:.2f}")
-        if now - self._since < RETRY_S:  # a choice stands a while: no thrashing
-            return None
-        if self.threads == self.most and ratio > SLOW:
-            return self._try(self.threads - 1, ratio, now, f"steps at {ratio:.2f}x their cost")
-        if self.threads < self.most:
-            return self._try(self.most, ratio, now, "the full team again")
+        samples, self._samples, now = self._samples, [], self._clock()
+        if self._trial is not None:  # a trial ended: keep the faster of the two, on one yardstick
+            before, yardstick, before_ratio = self._trial
+            self._trial = None
+            ratio = _ratio(samples, yardstick)
+            kept = ratio < BETTER * before_ratio
+            # The next trial waits: little once the full team won its cores back, at least
+            # KEEP_S once fewer threads won (a retry of the full team under the neighbour costs a
+            # dozen slow steps: in a 3 s benchmark run, its ITL p99), twice as long each time the
+            # choice holds.
+            if kept and self.threads == self.most:
+                self._wait = RETRY_S
+            else:
+                floor = KEEP_S if kept else 0.0
+                self._wait = min(RETRY_MAX_S, max(floor, 2 * self._wait))
+            why = f"{ratio:.2f} vs {before_ratio:.2f} at {before}"
+            return self._choose(
+                self.threads if kept else before, now, ("kept: " if kept else "back: ") + why
+            )
+        # A choice stands a while (no thrashing); then the other count is tried, at once where
+        # the steps run far over their quiet cost (a calibrated server sees a neighbour arrive),
+        # else when it is due (a fresh engine's model has learned the loaded steps as its own)
+        ratio, waited = _ratio(samples, model), now - self._since
+        if self.threads == self.most and (
+            waited >= self._wait or (ratio > SLOW and waited >= RETRY_S)
+        ):
+            return self._try(self.threads - 1, samples, model, now, f"steps at {ratio:.2f}x")
+        if self.threads < self.most and waited >= self._wait:
+            return self._try(self.most, samples, model, now, "the full team again")
         return None
 
-    def _try(self, threads: int, ratio: float, now: float, why: str) -> str:
-        self._trial_from = (self.threads, ratio)
+    def _try(self, threads: int, samples: list, model: CostModel, now: float, why: str) -> str:
+        yardstick = FrozenCostModel(model)
+        self._trial = (self.threads, yardstick, _ratio(samples, yardstick))
         return self._choose(threads, now, f"trying {threads}: {why}")
 
     def _choose(self, threads: int, now: float, why: str) -> str:
@@ -116,3 +144,8 @@ class ThreadTuner:
         self._since = now
         log.info("forward threads: %d (%s)", threads, why)
         return why
+
+
+def _ratio(samples: list[tuple[float, StepWork]], model: CostModel) -> float:
+    """The median of measured over priced compute time, over ``samples``."""
+    return median(c / max(model.predict_compute(w) or 0.0, 1e-9) for c, w in samples)
