@@ -110,9 +110,10 @@ def measured_markdown(scenario: dict, measured: dict, lang: str) -> str:
             done = {c["claim"]: c for c in (measured.get(variant) or {}).get("checks", [])}
             c = done.get(check["claim"])
             cells.append(f"{_num(c['measured'], lang)}{'' if c['ok'] else ' FAIL'}" if c else h[5])
-        lines.append(
-            f"| {claim} | {check['op']} {_num(check['threshold'], lang)} | {' / '.join(cells)} |"
-        )
+        bound = _num(check["threshold"], lang)  # the short replay's own, where it has one
+        if "short_threshold" in check:
+            bound = f"{_num(check['short_threshold'], lang)} / {bound}"
+        lines.append(f"| {claim} | {check['op']} {bound} | {' / '.join(cells)} |")
     for variant in ("short", "full"):
         doc = measured.get(variant)
         if not doc:

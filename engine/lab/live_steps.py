@@ -226,17 +226,23 @@ def check(scenario: dict, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def checks_markdown(checks: list[dict[str, Any]], lang: str) -> str:
-    """One line per claim: its words, then b / a over the runs as min-max, and whether it held."""
+def checks_markdown(
+    checks: list[dict[str, Any]], lang: str, names: dict[str, str] | None = None
+) -> str:
+    """One line per claim: its words, then b / a over the runs as min-max, and whether it held;
+    ``names`` gives each setting's name in ``lang``."""
+    names = names or {}
     lines = []
     for c in checks:
         text = c.get("claim_pt" if lang == "pt-BR" else "claim_en") or c["metric"]
         lo, hi = (_cell(v, 1, 2, "", lang) for v in (c["min"], c["max"]))
-        bound = {">": "≥ ", "<": "≤ ", "~": "within "}[c["op"]] + _cell(c["size"], 1, 2, "x", lang)
+        bound = {">": "≥ ", "<": "≤ ", "~": "within "}[c["op"]] + _cell(
+            c.get("size"), 1, 2, "x", lang
+        )
         if lang == "pt-BR":
             bound = bound.replace("within", "dentro de")
         runs = len(c["ratios"])
-        b, a = c["b"], c["a"]
+        b, a = names.get(c["b"], c["b"]), names.get(c["a"], c["a"])
         if "over_metric" in c:  # two figures of the page's headline, maybe of one setting
             b, a = f"{b}: {c['metric']}", f"{a}: {c['over_metric']}"
         if lang == "pt-BR":
@@ -338,5 +344,6 @@ def live_markdown(live: dict | None, number: int, lang: str) -> str:
         ),
     ]
     if live.get("checks"):
-        lines += ["", checks_markdown(live["checks"], lang)]
+        named = {r["name"]: r.get(f"name_{lang}") or r["name"] for r in live["rows"]}
+        lines += ["", checks_markdown(live["checks"], lang, named)]
     return "\n".join(lines)
