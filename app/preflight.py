@@ -15,10 +15,10 @@ from engine.workloads.lessons import LESSONS_DIR, last_preflight
 WORDS = {
     "en": {
         "preflight": "Pre-class check",
-        "preflight_run": "Run the pre-class check (about 5 minutes)",
+        "preflight_run": "Run the pre-class check",
         "preflight_help": "Runs every lesson's Live steps briefly on a second engine of this "
         "machine (`python -m engine.lesson all --live --check --preflight`) and says, per lesson, "
-        "whether the class will see its effect. Stop the live traffic first.",
+        "whether the class will see its effect, in about 5 minutes. Stop the live traffic first.",
         "preflight_running": "The pre-class check is running (started {s} s ago)…",
         "preflight_failed": "The pre-class check failed (exit {rc}): see the terminal.",
         "preflight_none": "Not checked on this machine yet.",
@@ -34,10 +34,10 @@ WORDS = {
     },
     "pt-BR": {
         "preflight": "Verificação antes da aula",
-        "preflight_run": "Rodar a verificação antes da aula (uns 5 minutos)",
+        "preflight_run": "Rodar a verificação",
         "preflight_help": "Roda rapidamente os passos ao vivo de cada aula num segundo motor "
         "desta máquina (`python -m engine.lesson all --live --check --preflight`) e diz, por aula, "
-        "se a turma vai ver o efeito. Pare o tráfego ao vivo antes.",
+        "se a turma vai ver o efeito, em uns 5 minutos. Pare o tráfego ao vivo antes.",
         "preflight_running": "A verificação antes da aula está rodando (começou há {s} s)…",
         "preflight_failed": "A verificação antes da aula falhou (saída {rc}): veja o terminal.",
         "preflight_none": "Ainda não verificada nesta máquina.",

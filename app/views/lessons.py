@@ -224,7 +224,7 @@ name = state.widget(
     format_func=_title,
 )
 folder, scenario = LESSONS_DIR / name, scenarios[name]
-left, right = st.columns([5, 2], gap="large")
+left, right = st.columns([2, 1], gap="large")  # [5, 2] cut its buttons at 1366 px
 with right:
     st.markdown(f"**{words['scenario']}**")
     # One line per setting: legible in a narrow column, and the same words as scenario.toml.

@@ -26,23 +26,20 @@ from engine.workloads.lessons import last_preflight, preflight_file
 SECONDS = 10.0  # per visited setting: 22 visits and 12 resets in about 4-5 minutes
 WARMUP_S = 3.0  # before a lesson's first window: the traffic past its empty start
 ADVICE = {
-    "shows": (
-        "shows: run it live",
-        "aparece: rode ao vivo",
-    ),
+    "shows": ("run it live", "rode ao vivo"),
     "weak": (
-        "weak: the effect is there, under its bound; run it live and point at it, or press "
-        "Replay this lesson's recording",
-        "fraco: o efeito existe, abaixo do limite; rode ao vivo e aponte para ele, ou aperte "
+        "the effect is there, under its bound: run it live and point at it, or press Replay "
+        "this lesson's recording",
+        "o efeito existe, abaixo do limite: rode ao vivo e aponte para ele, ou aperte "
         "Reproduzir a gravação desta aula",
     ),
     "none": (
-        "does not show here: press Replay this lesson's recording",
-        "não aparece aqui: aperte Reproduzir a gravação desta aula",
+        "press Replay this lesson's recording",
+        "aperte Reproduzir a gravação desta aula",
     ),
     "no_claim": (
-        "no Live claim (the lesson says why): use its replay",
-        "sem afirmação ao vivo (a aula diz por quê): use a reexecução",
+        "the lesson says why: use its replay",
+        "a aula diz por quê: use a reexecução",
     ),
 }
 RANK = {"shows": 0, "weak": 1, "none": 2}
@@ -90,7 +87,9 @@ def verdicts(scenario: dict, run: dict[str, Any]) -> dict[str, Any]:
 
 def line(number: int, title: str, p: dict[str, Any]) -> str:
     """One lesson's preflight, as the terminal prints it."""
-    lines = [f"lesson {number:>2} {title}: {p['advice_en']}"]
+    said = {"none": "does not show here", "no_claim": "no Live claim"}
+    said = said.get(p["verdict"], p["verdict"])
+    lines = [f"lesson {number:>2} {title}: {said}: {p['advice_en']}"]
     if p["offered"] and p["offered"].get("capacity"):
         o = p["offered"]
         load = f"{o['load']}x this engine's capacity = " if o.get("load") is not None else ""
