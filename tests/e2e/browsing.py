@@ -36,5 +36,8 @@ def view(page, i: int = 0):
     el = page.locator(VIEW).nth(i)
     el.wait_for(state="attached", timeout=60_000)
     frame = el.element_handle().content_frame()
-    frame.wait_for_function("() => window.fluxo && window.fluxo.args", timeout=60_000)
+    # A comparison's two views carry both runs' records: on a loaded 2-core CI machine the
+    # second one once took over 60 s to get its arguments (2026-12-02, a full clean-clone run;
+    # 16 s alone).
+    frame.wait_for_function("() => window.fluxo && window.fluxo.args", timeout=150_000)
     return frame
