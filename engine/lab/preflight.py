@@ -126,8 +126,8 @@ def run(scenarios: list[dict], seconds: float = SECONDS, device: str = "cpu") ->
     claimed = [s for s in visited if s["live"]]
     runs = iter(live_steps.measure(claimed, seconds, device, WARMUP_S))
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    doc = {"when": when, "load": f"{os.getloadavg()[0]:.1f}", "seconds": seconds, "lessons": {}}
-    doc["lessons"] = (last_preflight() or {}).get("lessons", {})  # one lesson re-checked: the rest
+    kept = (last_preflight() or {}).get("lessons", {})  # one lesson re-checked: the rest stay
+    doc = {"when": when, "load": f"{os.getloadavg()[0]:.1f}", "seconds": seconds, "lessons": kept}
     for scenario in visited:
         number, title = int(scenario["lesson"]["number"]), scenario["lesson"]["title_en"]
         result = verdicts(scenario, next(runs) if scenario["live"] else {"rows": []})

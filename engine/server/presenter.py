@@ -141,8 +141,7 @@ class PresenterMessages:
         """Requests/s at which the engine, as configured once queued changes apply, would be 100 %
         busy with ``params``' traffic (``engine/workloads/capacity.py``); None before the cost
         model is fitted. The shape is counted once per traffic (rate and load aside)."""
-        key = (params.prompts, params.lengths, params.median, params.sigma, params.max_tokens)
-        key += (params.seed,)
+        key = tuple(v for k, v in params.to_dict().items() if k not in ("rate", "load"))
         if key not in self._shapes:
             tok = self.engine.tokenizer
             self._shapes[key] = capacity.shape_of(params, lambda p: encode(tok, prompt=p))
