@@ -15,10 +15,10 @@ The engine calls them in this order every step (``engine/core/scheduler.py``):
    first that does not fit; each admitted prompt gets ``prefill_tokens`` too.
 
 The engine, never the policy, hands out slots and blocks, so no decision can overdraw them; every
-decision is checked (``engine/core/policy/check.py``) and one that breaks a rule, raises, or takes
-longer than ``time_limit_s`` is refused: the rest of that step is decided by these defaults, and
-the step record's events carry a ``policy_error``. Greedy tokens never depend on a policy: it
-decides when each token is computed, never which.
+decision is checked (``engine/core/policy/check.py``) and one that breaks a rule, raises, or
+computes for ``time_limit_s`` (its thread's CPU time) is refused: the rest of that step is decided
+by these defaults, and the step record's events carry a ``policy_error``. Greedy tokens never
+depend on a policy: it decides when each token is computed, never which.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ class Policy:
     # Gang scheduling (the static policy): ``admit`` is asked only while nothing runs, and a
     # member that ends keeps its slot and KV, computed as a dead slot, until every member has ended.
     batch: ClassVar[bool] = False
-    # A hook slower than this is refused. The engine cannot interrupt a hook: a slow one still
-    # delays its step, and one that never returns stops the engine (policies are local code).
+    # A hook that computes this long (its thread's CPU time), or waits ten times this long, is
+    # refused. The engine cannot interrupt a hook: a slow one still delays its step, and one that
+    # never returns stops the engine (policies are local code).
     time_limit_s: ClassVar[float] = 0.02
     # The built-ins: decided inline, never timed (they are the fallback).
     trusted: ClassVar[bool] = False
