@@ -143,14 +143,24 @@ def test_the_command_scores_a_policy_file(tmp_path, capsys):
     ]  # fmt: skip
     small.write_text(trace.dumps(lines))
     out = tmp_path / "s.json"
-    argv = ["score", "examples/policies/shortest_prompt_first.py", "--model", "tiny"]
+    files = ["examples/policies/shortest_prompt_first.py", "examples/policies/fair_share.py"]
+    argv = ["score", *files, "--model", "tiny"]
     assert score_cli.main([*argv, "--trace", str(small), "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "shortest-first over continuous:" in printed and "goodput/s" in printed
     result = json.loads(out.read_text())
-    assert set(result["runs"]) == {"shortest-first", "static", "continuous", "chunked"}
-    assert set(result["ratios"]) == {"static", "continuous", "chunked"}
-    assert set(result["ratios"]["continuous"]) == set(score.RATIO_KEYS)
+    assert set(result["runs"]) == {
+        "shortest-first",
+        "fair-share",
+        "static",
+        "continuous",
+        "chunked",
+    }
+    assert (
+        result["policies"] == ["shortest-first", "fair-share"] and "fair-share" in result["ratios"]
+    )
+    assert set(result["ratios"]["shortest-first"]) == {"static", "continuous", "chunked"}
+    assert set(result["ratios"]["shortest-first"]["continuous"]) == set(score.RATIO_KEYS)
     assert all(r["policy_errors"] == 0 for r in result["runs"].values())
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"arrival_s": 0}\n')

@@ -133,28 +133,33 @@ def score(
     lm,
     tok,
     items: list[TraceItem],
-    policy: str,
+    policies: str | list[str],
     clock: str = "priced",
     ttft_target: float = TTFT_TARGET_S,
     itl_target: float = ITL_TARGET_S,
     **config: Any,
 ) -> Result:
-    """``policy`` and every built-in on ``items`` (``lm``, ``tok``: the loaded model, shared):
-    per-run metrics and the policy's ratios over each built-in."""
+    """``policies`` and every built-in on ``items`` (``lm``, ``tok``: the loaded model, shared),
+    each replayed once: per-run metrics, and each policy's ratios over each built-in."""
+    policies = [policies] if isinstance(policies, str) else list(policies)
     runs = {}
-    for name in dict.fromkeys((policy, *registry.BUILTIN_NAMES)):
+    for name in dict.fromkeys((*policies, *registry.BUILTIN_NAMES)):
         runs[name] = measure(
             *replay(lm, tok, items, name, clock, **config), ttft_target, itl_target
         )
     ratios = {
-        b: {k: ratio(runs[policy][k], runs[b][k]) for k in RATIO_KEYS}
-        for b in registry.BUILTIN_NAMES
-        if b != policy
+        p: {
+            b: {k: ratio(runs[p][k], runs[b][k]) for k in RATIO_KEYS}
+            for b in registry.BUILTIN_NAMES
+            if b != p
+        }
+        for p in policies
     }
     return {
-        "policy": policy,
+        "policies": policies,
         "requests": len(items),
         "clock": clock,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "targets": {"ttft_s": ttft_target, "itl_p99_s": itl_target},
         "config": {**CONFIG, **config},
         "runs": runs,

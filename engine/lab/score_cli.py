@@ -1,7 +1,7 @@
 """``python -m engine.policy``: score a policy on a trace, write the shipped trace, convert an
 export.
 
-    python -m engine.policy score examples/policies/fair_share.py [--trace T] [--json out.json]
+    python -m engine.policy score examples/policies/fair_share.py [more.py ...] [--json out.json]
     python -m engine.policy convert export.jsonl [--run NAME] [--out trace.jsonl]
     python -m engine.policy trace [--out engine/workloads/traces/class.jsonl]
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.policy", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     sc = sub.add_parser("score", help="a policy against the built-ins on a trace")
-    sc.add_argument("policy", help="a policy file (.py) or a registered policy's name")
-    sc.add_argument("--name", help="which policy of the file (default: its first)")
+    sc.add_argument("policy", nargs="+", help="policy files (.py) or registered policies' names")
+    sc.add_argument("--name", help="which policy of a file (default: its first)")
     sc.add_argument("--trace", default=str(trace.SHIPPED), help="a trace (JSON lines)")
     sc.add_argument("--json", help="also write the result here")
     sc.add_argument("--model", default="smollm2", help="smollm2 (default) or tiny (tests)")
@@ -95,7 +96,7 @@ def _model(name: str):
 
 
 def run_score(args: argparse.Namespace) -> dict[str, Any]:
-    policy = _policy(args.policy, args.name)
+    policies = list(dict.fromkeys(_policy(p, args.name) for p in args.policy))
     items = trace.load(args.trace)
     model, tok = _model(args.model)
     weights = args.weights or lab_weights(args.model)
@@ -104,7 +105,7 @@ def run_score(args: argparse.Namespace) -> dict[str, Any]:
         model,
         tok,
         items,
-        policy,
+        policies,
         args.clock,
         args.ttft_target,
         args.itl_target,
@@ -112,13 +113,17 @@ def run_score(args: argparse.Namespace) -> dict[str, Any]:
         dtype=dtype,
         weights=weights,
     )
-    result["trace"] = args.trace
-    title = f"{policy} vs the built-ins: {len(items)} requests of {args.trace}, {args.clock} clock"
+    where = os.path.relpath(args.trace)  # the repo's own trace named as in the repo
+    result["trace"] = args.trace if where.startswith("..") else where.replace(os.sep, "/")
+    result["weights"] = weights
+    named = ", ".join(policies)
+    title = f"{named} vs the built-ins: {len(items)} requests of {args.trace}, {args.clock} clock"
     for line in runs_table(title, result["runs"], COLUMNS):
         print(line)
-    for builtin, ratios in result["ratios"].items():
-        print(f"{policy} over {builtin}:")
-        print("\n".join(ratio_lines(ratios)))
+    for policy, over in result["ratios"].items():
+        for builtin, ratios in over.items():
+            print(f"{policy} over {builtin}:")
+            print("\n".join(ratio_lines(ratios)))
     if args.json:
         Path(args.json).write_text(json.dumps(_plain(result), indent=1) + "\n")
     return result
