@@ -114,6 +114,12 @@ def lab_split(cores: list[int] | None = None, pin: bool | None = None) -> Split:
     return Split(tuple(cores[keep:]), len(cores) - keep, tuple(cores[:keep]), pin)
 
 
+def shared_split() -> Split:
+    """``--no-pin``: every core shared by the engine, the page and a browser, a thread per core."""
+    cores = tuple(available())
+    return Split(cores, len(cores), (), False)
+
+
 def _fmt(cpus: tuple[int, ...]) -> str:
     return ",".join(map(str, cpus))
 

@@ -177,9 +177,7 @@ def engine_up(port: int) -> bool:
 def start(
     args: argparse.Namespace, split: cpu.Split | None = None
 ) -> tuple[subprocess.Popen, subprocess.Popen, str | None, cpu.Split]:
-    split = split or cpu.lab_split(pin=False if args.no_pin else None)
-    if args.no_pin:
-        split = cpu.Split(tuple(cpu.available()), len(cpu.available()), (), False)
+    split = split or (cpu.shared_split() if args.no_pin else cpu.lab_split())
     token = args.token
     if token is None and args.host not in LOOPBACK:
         token = secrets.token_urlsafe(12)

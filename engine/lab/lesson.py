@@ -198,6 +198,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--runs", type=int, default=3, help="--live --check: visits of the settings")
     ap.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="--live: the engine on every core, as `python -m engine.lab --no-pin` starts it",
+    )
+    ap.add_argument(
         "--preflight",
         action="store_true",
         help="--live: the pre-class check: each lesson's claimed settings once, 10 s each (about "
@@ -291,7 +296,7 @@ def _live(args: argparse.Namespace) -> int:
     if args.preflight:
         return preflight.run(scenarios, args.seconds, args.device)
     runs = [
-        live_steps.measure(scenarios, args.seconds, args.device)
+        live_steps.measure(scenarios, args.seconds, args.device, no_pin=args.no_pin)
         for _ in range(args.runs if args.check else 1)
     ]
     results = runs[0]

@@ -47,28 +47,29 @@ HEADLINE = (  # the page's headline metrics, in its order (app/component/fluxo-l
 )
 
 
-_SPLIT: list[cpu.Split] = []
+_SPLIT: dict[bool, cpu.Split] = {}
 
 
-def machine_split() -> cpu.Split:
-    """The lab's split of this machine, as it was before this process pinned itself to the page's
-    cores (a second ``measure`` in one process would otherwise see only those)."""
-    if not _SPLIT:
-        _SPLIT.append(cpu.lab_split())
-    return _SPLIT[0]
+def machine_split(no_pin: bool = False) -> cpu.Split:
+    """The lab's split of this machine (``python -m engine.lab --no-pin``'s: every core shared),
+    as it was before this process pinned itself to the page's cores (a second ``measure`` in one
+    process would otherwise see only those)."""
+    if no_pin not in _SPLIT:
+        _SPLIT[no_pin] = cpu.shared_split() if no_pin else cpu.lab_split()
+    return _SPLIT[no_pin]
 
 
 def start_engine(
-    model: str = "smollm2", device: str = "cpu", window_s: float = 30.0
+    model: str = "smollm2", device: str = "cpu", window_s: float = 30.0, no_pin: bool = False
 ) -> tuple[subprocess.Popen, int]:
-    """The engine server alone, as ``make lab`` starts it, its headline summarizing the last
-    ``window_s`` (the page's 30 s; the preflight's shorter visits, less); returns it and its
-    port."""
+    """The engine server alone, as ``make lab`` (or ``--no-pin``) starts it, its headline
+    summarizing the last ``window_s`` (the page's 30 s; the preflight's shorter visits, less);
+    returns it and its port."""
     port = lab.free_port()
     args = lab.parse_args(
         ["--model", model, "--engine-port", str(port), "--page-port", "0", "--device", device]
     )
-    split = machine_split()
+    split = machine_split(no_pin)
     engine_cmd, _ = lab.commands(args, split, None)
     engine_cmd += ["--metrics-window", str(window_s)]
     proc = subprocess.Popen(
@@ -154,12 +155,17 @@ async def visit(
 
 
 def measure(
-    scenarios: list[dict], seconds: float = 30.0, device: str = "cpu", warmup_s: float = 0.0
+    scenarios: list[dict],
+    seconds: float = 30.0,
+    device: str = "cpu",
+    warmup_s: float = 0.0,
+    no_pin: bool = False,
 ) -> list[dict[str, Any]]:
     """Each scenario's ``[[live]]`` settings, in turn, on one server started as ``make lab``
-    starts it (each lesson begins with a ``reset``, as the Lessons page's set-up does)."""
-    split = machine_split()
-    proc, port = start_engine(device=device, window_s=min(30.0, seconds))
+    (or ``--no-pin``) starts it (each lesson begins with a ``reset``, as the Lessons page's set-up
+    does)."""
+    split = machine_split(no_pin)
+    proc, port = start_engine(device=device, window_s=min(30.0, seconds), no_pin=no_pin)
     out = []
     try:
         for scenario in scenarios:
