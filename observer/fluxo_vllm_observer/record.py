@@ -6,7 +6,8 @@ this logic is tested without vLLM (tests/observe/). A record's fields (wire vers
   v, rank, step (vLLM's own ``Scheduler.current_step``), seq (this rank's publish count, from 1),
   dropped (records this rank could not send so far), t (wall-clock stamps on vLLM's monotonic
   clock: schedule start, schedule end, output start, output end), sched ([req, tokens, phase]),
-  new ({req: prompt tokens from the prefix cache}), arrivals ({req: arrival wall time}),
+  new ({req: {prompt: its length, cached: tokens from the prefix cache}}: scheduled
+  for the first time), arrivals ({req: arrival wall time}),
   out ({req: tokens produced}), finished ({req: reason}), aborted, preempted,
   kv ({total, used, shared}), waiting, running, limits ({max_num_seqs, max_num_batched_tokens,
   block_size}).
@@ -35,7 +36,7 @@ def step_record(
     dropped: int,
     stamps: tuple[float, float, float, float],
     sched: list[tuple[str, int, str]],
-    new: dict[str, int],
+    new: dict[str, dict[str, int]],
     arrivals: dict[str, float],
     out: dict[str, int],
     finished: dict[str, str],

@@ -99,7 +99,10 @@ class _Observed:
             "step": self.current_step,
             "t01": (t0, self._fx_now()),
             "sched": sched,
-            "new": {r.req_id: r.num_computed_tokens for r in output.scheduled_new_reqs},
+            "new": {
+                r.req_id: {"prompt": r.prompt_len, "cached": r.num_computed_tokens}
+                for r in output.scheduled_new_reqs
+            },
             "preempted": sorted(output.preempted_req_ids or ()),
             "kv": self._fx_kv(),
             "waiting": len(self.waiting),
