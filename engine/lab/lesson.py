@@ -170,18 +170,8 @@ def write_notes(path: Path, scenario: dict) -> None:
         notes.write_text(render_numbers(text, measured, lang))
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m engine.lesson", description=__doc__)
-    ap.add_argument("number", nargs="?", help="lesson number (1, 2, ...); with --live also: all")
-    ap.add_argument("--list", action="store_true", help="list the lessons and exit")
-    ap.add_argument("--short", action="store_true", help="the shortened variant the tests run")
-    ap.add_argument("--json", type=Path, help="also write the summaries and claims here")
-    ap.add_argument(
-        "--save",
-        action="store_true",
-        help="keep this run in the lesson's measured.json (short and full apart) and refresh the "
-        "measured tables of its teacher notes",
-    )
+def _live_args(ap: argparse.ArgumentParser) -> None:
+    """The ``--live`` options: the Live-page steps measured on an engine server."""
     ap.add_argument(
         "--live",
         action="store_true",
@@ -209,6 +199,21 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "5 minutes for all), and per lesson shows / weak / does not show with what to do; kept for "
         "the Lessons page",
     )
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m engine.lesson", description=__doc__)
+    ap.add_argument("number", nargs="?", help="lesson number (1, 2, ...); with --live also: all")
+    ap.add_argument("--list", action="store_true", help="list the lessons and exit")
+    ap.add_argument("--short", action="store_true", help="the shortened variant the tests run")
+    ap.add_argument("--json", type=Path, help="also write the summaries and claims here")
+    ap.add_argument(
+        "--save",
+        action="store_true",
+        help="keep this run in the lesson's measured.json (short and full apart) and refresh the "
+        "measured tables of its teacher notes",
+    )
+    _live_args(ap)
     ap.add_argument(
         "--threads",
         type=int,

@@ -274,16 +274,9 @@ COLUMNS = (  # key, scale, decimals, unit
 WORDS = {
     "en": {
         "head": (
-            "setting",
-            "useful tokens/s",
-            "TTFT p50",
-            "ITL p50",
-            "ITL p99",
-            "slot utilization",
-            "dead-slot fraction",
-            "KV waste",
-            "device busy",
-        ),
+            "setting|useful tokens/s|TTFT p50|ITL p50|ITL p99|"
+            "slot utilization|dead-slot fraction|KV waste|device busy"
+        ).split("|"),
         "how": "Each row: the page's headline over the {s:.0f} s after switching to that setting, "
         "in the order of the lesson's steps (so a backlog left by one setting shows in the next). "
         "Measured by `python -m engine.lesson {n} --live` on {when}, load average {load}: the "
@@ -294,16 +287,9 @@ WORDS = {
     },
     "pt-BR": {
         "head": (
-            "ajuste",
-            "tokens úteis/s",
-            "TTFT p50",
-            "ITL p50",
-            "ITL p99",
-            "uso dos slots",
-            "slots mortos",
-            "desperdício de KV",
-            "dispositivo ocupado",
-        ),
+            "ajuste|tokens úteis/s|TTFT p50|ITL p50|ITL p99|"
+            "uso dos slots|slots mortos|desperdício de KV|dispositivo ocupado"
+        ).split("|"),
         "how": "Cada linha: o topo da página nos {s:.0f} s depois de mudar para aquele ajuste, na "
         "ordem dos passos da aula (uma fila deixada por um ajuste aparece no seguinte). Medido por "
         "`python -m engine.lesson {n} --live` em {when}, carga média {load}: o motor iniciado como "
