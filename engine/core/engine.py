@@ -115,12 +115,9 @@ class Engine:
     def cancel(self, request_id: int) -> None:
         self.inbox.cancel(request_id)
 
-    def cancel_client(self, client: str) -> int:
-        """Cancel every live request of ``client``; returns how many."""
+    def cancel_client(self, client: str | None) -> int:
+        """Cancel every live request of ``client`` (None: of everyone); returns how many."""
         return self.inbox.cancel_client(client)
-
-    def cancel_all(self) -> int:
-        return self.inbox.cancel_client(None)
 
     def queue_len(self) -> int:
         """Requests submitted but not admitted yet (any thread; approximate while stepping)."""
@@ -315,13 +312,17 @@ class Engine:
         return self._record(work, self.now())
 
     def fail_all(self, exc: BaseException) -> None:
-        """Last resort after an error outside a forward: fail everything live, keep going."""
+        """Fail every request live or submitted, keep going: the last resort after an error
+        outside a forward (``step_failed``), or a coded reason (``shutting_down``)."""
         with self.step_lock:
             self.inflight = None
-            error = StepFailed(f"the engine failed: {_describe(exc)}")
+            coded = isinstance(exc, FluxoError)
+            error = exc if coded else StepFailed(f"the engine failed: {_describe(exc)}")
+            self._drain_inbox()  # what was submitted and not yet drained is live now
             for seq in list(self.inbox.live.values()):
                 self._end(seq, Status.FAILED, error)
-            self.telemetry.event(self.now(), "engine_error", error=_describe(exc))
+            kind = error.code if coded else "engine_error"
+            self.telemetry.event(self.now(), kind, error=_describe(exc))
 
     def _record(self, work: Work, t_end: float) -> Record:
         self.step_count += 1

@@ -62,6 +62,13 @@ class StepFailed(FluxoError):
     code = "step_failed"
 
 
+class ShuttingDown(FluxoError):
+    """The server is stopping (SIGTERM, Ctrl-C): every request in flight ends with this, so each
+    client is told rather than cut off."""
+
+    code = "shutting_down"
+
+
 class DeviceUnavailable(FluxoError):
     """``--device cuda`` (or ``EngineConfig(device="cuda")``) on a machine where torch sees no GPU:
     refused at start, never a silent CPU run."""

@@ -117,6 +117,10 @@ class HttpApi:
                 await asyncio.wait(list(self._tasks), timeout=5)
             self._server = None
 
+    def busy(self) -> bool:
+        """Whether an HTTP request is being answered."""
+        return self.in_flight > 0
+
     def _gauges(self) -> dict[str, tuple[str, str, float]]:
         return {
             "fluxo:http_requests_in_flight": (

@@ -72,6 +72,7 @@ STATUS: dict[str, tuple[int, str]] = {
     "kv_over_memory": (422, "invalid_request_error"),
     "unknown_request": (404, "not_found_error"),
     "step_failed": (500, "server_error"),
+    "shutting_down": (503, "server_error"),  # SIGTERM: retry on another server, or later
     "internal": (500, "server_error"),
     # raised at start (no GPU), listed for completeness
     "device_unavailable": (

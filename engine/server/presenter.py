@@ -185,7 +185,7 @@ class PresenterMessages:
     async def _on_reset(self, conn: Connection, msg: dict) -> None:
         self._stop_traffic()
         self.engine.resume()
-        self.engine.cancel_all()
+        self.engine.cancel_client(None)
         new = self.engine.reconfigure(**self.launch_config)
         self.config_view = new.live()
         deadline = time.monotonic() + 30
