@@ -5,6 +5,7 @@ continuous policy, and policy files load at start and switch live like the built
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 
 import pytest
@@ -40,11 +41,14 @@ class Broken(Policy):
 
     def _answer(self, hook, default):
         value = self.answers.get(hook, default)
-        if isinstance(value, Exception):
+        if isinstance(value, BaseException):
             raise value
         if value == "sleep":
-            time.sleep(0.25)  # CPU time 0: refused for the wall clock, 10 x its 20 ms
+            time.sleep(0.25)  # CPU time 0, yet not back after 10 x its 20 ms: abandoned
             return default
+        if value == "hang":  # never returns: abandoned after 10 x its 20 ms
+            while True:
+                pass
         return value(self) if callable(value) else value
 
     def token_budget(self, view):
@@ -135,7 +139,10 @@ def test_view_is_a_read_only_copy(make_tiny_engine):
         ("admit", 7, "list of request ids"),
         ("admit", lambda self: list(range(1, 10**4)), "slots are free"),
         ("admit", KeyError("boom"), "KeyError"),
-        ("admit", "sleep", "took"),
+        ("admit", "sleep", "did not return"),
+        ("admit", "hang", "did not return"),
+        ("admit", SystemExit(3), "SystemExit"),
+        ("admit", KeyboardInterrupt(), "KeyboardInterrupt"),
         ("token_budget", 0, "token_budget"),
         ("token_budget", True, "token_budget"),
         ("token_budget", ValueError("no"), "ValueError"),
@@ -157,6 +164,28 @@ def test_a_refused_decision_falls_back_and_is_recorded(
     # the page's export of this run reads back as a recording, the refusal in its step's events
     replayed = recording.parse(e.telemetry.jsonl()).run()
     assert [ev["hook"] for ev in replayed.steps[0]["events"]] == [hook]
+
+
+def test_a_hook_that_never_returns_costs_one_step_not_the_class(make_tiny_engine, monkeypatch):
+    """A ``while True`` hook: the engine waits 200 ms once, then refuses the policy at once at
+    every later step, and the abandoned loop is stopped where it runs (no thread left spinning)."""
+    monkeypatch.setattr(Broken, "answers", {"admit": "hang"})
+    e = make_tiny_engine(policy="unit-broken", max_slots=2)
+    hs = _submit(e, 6, 5, 4)
+    t0 = time.perf_counter()
+    first = e.step()
+    took = time.perf_counter() - t0
+    e.run_until_idle()
+    assert 0.2 <= took < 5, took  # the wait, bounded; the old guard never came back
+    assert "did not return" in first["events"][0]["error"]
+    steps = e.telemetry.snapshot()[0]
+    later = [ev["error"] for rec in steps[1:] for ev in rec["events"]]
+    assert later and all("load the policy again" in err for err in later), later
+    assert [h.seq.status.value for h in hs] == ["finished"] * 3
+    deadline = time.monotonic() + 5
+    while sum(t.name == "fluxo-policy" and t.is_alive() for t in threading.enumerate()) > 1:
+        assert time.monotonic() < deadline, "the abandoned hook's thread still runs"
+        time.sleep(0.05)
 
 
 def test_policy_file_loads_and_switches_live(make_tiny_engine, tmp_path):
