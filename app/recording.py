@@ -93,6 +93,7 @@ KV_FIELDS = (
     "blocks_shared",
     "blocks_cached",
 )
+KV_NEEDED = ("blocks_total", "tokens_stored", "tokens_allocated")  # the headline reads these
 NAME = re.compile(r"[A-Za-z0-9_.:-]{0,64}")  # run names, request clients, config keys
 MAX_TEXT = 300  # labels, titles, errors, event words
 
@@ -202,8 +203,9 @@ def _check_step(rec: dict, n: int) -> dict:
             }
         )
     kv = rec["kv"]
-    if not isinstance(kv, dict) or "blocks_total" not in kv:
-        raise BadRecording(f"line {n}: a step record's kv lacks blocks_total", n)
+    lacks = [k for k in KV_NEEDED if not isinstance(kv, dict) or k not in kv]
+    if lacks:  # the headline's KV waste reads the two token counts of every step
+        raise BadRecording(f"line {n}: a step record's kv lacks {', '.join(lacks)}", n)
     tokens = rec["tokens"]
     if not isinstance(tokens, dict):
         raise _bad(n, "tokens", "an object of prefill, decode and dead counts", tokens)
@@ -306,6 +308,8 @@ def _run_of(runs: dict[str, Run], rec: dict, n: int = 0) -> Run:
 def _read_line(line: str, n: int, last: bool, ended: bool) -> dict:
     try:
         rec = json.loads(line)
+    except RecursionError:
+        raise BadRecording(f"line {n} nests deeper than any record does", n) from None
     except json.JSONDecodeError:
         if last and not ended:
             raise BadRecording(

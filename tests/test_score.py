@@ -59,6 +59,7 @@ def test_a_trace_parses_in_arrival_order():
         (_line(prompt_tokens=0), "prompt_tokens is not valid"),
         (json.dumps({"format": "other", "version": 1}), "header"),
         ("", "no requests"),
+        ("[" * 50_000 + "]" * 50_000, "nests deeper"),  # RecursionError before (review L6)
     ],
 )
 def test_a_bad_trace_is_refused_with_the_line_and_the_reason(line, says):
@@ -85,6 +86,11 @@ def test_an_export_converts_to_a_trace():
     assert [it.max_tokens for it in trace.parse(trace.dumps(lines))] == [12, 5]
     with pytest.raises(trace.BadTrace, match="no request"):
         trace.from_export(json.dumps(export[0]))
+    # security review 2, L6: an arrival of 10**400 (OverflowError) and deep nesting, coded
+    huge = [export[1], {**export[3], "arrival": 10**400}]
+    assert len(trace.from_export("\n".join(map(json.dumps, huge)))) == 1
+    with pytest.raises(trace.BadTrace, match="nests deeper"):
+        trace.from_export("[" * 50_000 + "]" * 50_000)
 
 
 def test_the_shipped_trace_is_what_its_generator_writes():

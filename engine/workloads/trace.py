@@ -124,6 +124,8 @@ def parse(text: str) -> list[TraceItem]:
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise BadTrace(f"trace line {n}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise BadTrace(f"trace line {n}: nests deeper than any trace line does") from None
         if isinstance(obj, dict) and "format" in obj and not items:
             if obj.get("format") != FORMAT or obj.get("version") != VERSION:
                 raise BadTrace(f"trace line {n}: not a {FORMAT} version {VERSION} header")
@@ -153,13 +155,18 @@ def from_export(text: str, run: str | None = None) -> list[dict[str, Any]]:
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise BadTrace(f"export line {n}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise BadTrace(f"export line {n}: nests deeper than any record does") from None
         if isinstance(obj, dict) and obj.get("type") == "request":
             if run is None or obj.get("run") == run:
                 records.append(obj)
     kept = [
         r
         for r in records
-        if is_int(r.get("output_tokens")) and r["output_tokens"] > 0 and is_number(r.get("arrival"))
+        if is_int(r.get("output_tokens"))
+        and r["output_tokens"] > 0
+        and is_number(r.get("arrival"))
+        and abs(r["arrival"]) < 1e12  # a clock in seconds; 10**400 is no float at all
     ]
     if not kept:
         raise BadTrace("the export holds no request that streamed a token")

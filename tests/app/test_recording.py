@@ -88,6 +88,8 @@ def _lines(runs) -> list[str]:
         ("binary", "not a text file"),
         ("requests only", "no step records"),
         ("version", "line 1: format 'fluxo-recording' version 99"),
+        ("deep", "line 3 nests deeper"),  # RecursionError before (security review 2, L6)
+        ("kv", "line 4: a step record's kv lacks tokens_stored"),  # KeyError in the headline
     ],
 )
 def test_broken_files_get_a_clear_message(runs, case, expected):
@@ -101,6 +103,12 @@ def test_broken_files_get_a_clear_message(runs, case, expected):
     elif case == "missing":
         bad = json.loads(lines[3])
         del bad["slots"]
+        text = "\n".join(lines[:3] + [json.dumps(bad)] + lines[4:]) + "\n"
+    elif case == "deep":
+        text = "\n".join(lines[:2] + ["[" * 50_000 + "]" * 50_000] + lines[2:]) + "\n"
+    elif case == "kv":
+        bad = json.loads(lines[3])
+        del bad["kv"]["tokens_stored"]
         text = "\n".join(lines[:3] + [json.dumps(bad)] + lines[4:]) + "\n"
     elif case == "backwards":
         text = "\n".join(lines[:5] + [lines[0]] + lines[5:]) + "\n"
