@@ -151,10 +151,12 @@ def live(
     projector: bool = False,
     names: Sequence[str] = ORDER,
     presenter: bool = False,
+    engine: dict | None = None,
 ) -> None:
     """Chat, headline metrics and the four live charts, fed by the browser's own connection;
     ``presenter``: this session presents, so the view shows the loaded policies' refused
-    decisions (``fluxo-policy.js``)."""
+    decisions (``fluxo-policy.js``) and reruns the page when the engine's configuration or traffic
+    differs from ``engine`` (what the page's widgets show: ``{"config": ..., "traffic": ...}``)."""
     specs = _specs(names, lang, projector, slots=slots, **_heights(names, projector))
     _component(
         mode="live",
@@ -166,6 +168,7 @@ def live(
         buffer=buffer,
         held=held,
         presenter=presenter,
+        engine=engine,
         **engine_endpoint(),
         **_view_args(lang, projector, None),
         key=key,
@@ -281,12 +284,15 @@ def replay(
     )
 
 
-def keys(words: dict[str, str], query: str) -> None:
+def keys(words: dict[str, str], query: str, cookie: dict | None = None) -> None:
     """The presenter's keys on this page (Page Down / Page Up, space, ? for help); it also writes
-    the page's state into the address bar (``query``), so a copied link reopens the same picture."""
+    the page's state into the address bar (``query``), so a copied link reopens the same picture,
+    and the presenter's session secret into its cookie (``cookie``: ``{"name", "value"}``, a value
+    "" clears it; None leaves it; ``app/presenter_session.py``)."""
     _keys(
         words={k: v for k, v in words.items() if k.startswith("k_")},
         query=query,
+        cookie=cookie,
         key="fluxo_keys",
         default=None,
         height=0,

@@ -1,8 +1,8 @@
 """The page's words in English and Brazilian Portuguese, and numbers formatted for the language.
 
 Every label, message and unit the pages and the browser view show comes from :data:`WORDS`, made
-of the pages' words (``app/i18n_pages.py``), the browser view's (``app/i18n_view.py``) and those
-of student policies (``app/i18n_policy.py``);
+of the sidebar's words (``app/i18n_sidebar.py``), the pages' (``app/i18n_pages.py``), the
+browser view's (``app/i18n_view.py``) and those of student policies (``app/i18n_policy.py``);
 ``tests/app/test_i18n.py`` checks both languages have every key and the same ``{fields}``.
 Numbers: decimal comma and a dot for thousands in pt-BR (``1.234,5``), the reverse in English.
 """
@@ -14,12 +14,13 @@ from typing import Any
 
 from app.i18n_pages import PAGES
 from app.i18n_policy import POLICY
+from app.i18n_sidebar import SIDEBAR
 from app.i18n_view import VIEW
 
 LANGS = ("en", "pt-BR")
 
 # key: (English, Portuguese), in the order the pages show them
-_W: dict[str, tuple[str, str]] = {**PAGES, **VIEW, **POLICY}
+_W: dict[str, tuple[str, str]] = {**SIDEBAR, **PAGES, **VIEW, **POLICY}
 WORDS: dict[str, dict[str, str]] = {
     lang: {k: v[i] for k, v in _W.items()} for i, lang in enumerate(LANGS)
 }

@@ -102,9 +102,9 @@ def write_url() -> None:
     (``history.replaceState``): Streamlit's own ``st.query_params`` written during the first run
     after a page switch left that page's widgets undrawn (Streamlit 1.67), and the browser sends
     its query string with every rerun, so the server reads it back as ``st.query_params``."""
-    from app import browser_view
+    from app import browser_view, presenter_session
 
-    browser_view.keys(url().get("_words", {}), query())
+    browser_view.keys(url().get("_words", {}), query(), presenter_session.cookie())
 
 
 def recording_title(name: str) -> str:

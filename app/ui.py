@@ -9,12 +9,13 @@ import hmac
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
 
-from app import i18n, recording, state
+from app import i18n, presenter_session, recording, state
 from app.browser_view import ORDER
 from app.engine_client import EngineClient, local_exports
 from app.engine_client_types import EngineError
@@ -39,12 +40,15 @@ def client() -> EngineClient:
     its own made with that token (the engine decides whether it is right)."""
     url = os.environ.get("FLUXO_ENGINE_URL", "ws://127.0.0.1:8765")
     page_token = os.environ.get("FLUXO_TOKEN") or None
-    typed = st.session_state.get("presenter_token") or None
-    c = _client(url, typed if typed and not page_token else page_token)
-    # The first run of a session waits for the engine (and its first telemetry); later runs do
-    # not wait again for an engine that is down (the page falls back to a recording).
-    c.wait_connected(3.0 if not st.session_state.get("_waited") else 0.05)
-    st.session_state["_waited"] = True
+    typed = presenter_session.token()
+    token = typed if typed and not page_token else page_token
+    c = _client(url, token)
+    # The first run of a session with a connection waits for the engine (and its first
+    # telemetry); later runs do not wait again for an engine that is down (the page falls back
+    # to a recording).
+    waited = st.session_state.setdefault("_waited", set())
+    c.wait_connected(3.0 if token not in waited else 0.05)
+    waited.add(token)
     return c
 
 
@@ -65,7 +69,7 @@ def is_presenter(c: EngineClient) -> bool:
         return False
     if c.role != "presenter":
         return False
-    typed = st.session_state.get("presenter_token") or ""
+    typed = presenter_session.token() or ""
     return not token or hmac.compare_digest(typed.encode(), token.encode())
 
 
@@ -136,10 +140,41 @@ def _sidebar_engine(c: EngineClient, w: dict[str, str]) -> None:
             kernels += f" ({c.state['kernels_reason']})"
         st.caption(w["weights_line"].format(weights=c.state.get("weights", "?"), kernels=kernels))
     _sidebar_browser(w)
-    if exposed() and not os.environ.get("FLUXO_TOKEN"):
+
+
+def _sign_in(c: EngineClient, w: dict[str, str], presenter: bool) -> None:
+    """The token box, or, once this browser session presents with a token, a sign-out button:
+    the role stays across page changes and reloads (``app/presenter_session.py``)."""
+    page_token = os.environ.get("FLUXO_TOKEN")
+    if exposed() and not page_token:
         st.caption(w["locked"])
-    elif os.environ.get("FLUXO_TOKEN") or c.token or c.role != "presenter":
-        st.text_input(w["token"], type="password", key="presenter_token", help=w["token_help"])
+        return
+    held = presenter_session.token()
+    # A token that does not unlock the controls: the page's own check, or the engine's answer
+    # (an engine that is away for a moment takes nobody's role away)
+    wrong = held and (
+        not hmac.compare_digest(held.encode(), page_token.encode())
+        if page_token
+        else c.status == "connected" and c.role != "presenter"
+    )
+    if held and not wrong:
+        if presenter:
+            presenter_session.confirm()
+        st.caption(w["signed_in"])
+        st.button(w["sign_out"], key="sign_out", on_click=presenter_session.sign_out)
+        return
+    if wrong:
+        presenter_session.reject()
+        st.caption(w["token_wrong"])
+    if page_token or c.token or c.role != "presenter":
+        st.text_input(
+            w["token"],
+            type="password",
+            key="presenter_token",
+            help=w["token_help"],
+            on_change=presenter_session.typed,
+            args=("presenter_token",),
+        )
 
 
 def _sidebar_browser(w: dict[str, str]) -> None:
@@ -220,6 +255,7 @@ def _sidebar(needs_engine: bool) -> Ctx:
             _sidebar_engine(c, w)
         presenter = c is not None and is_presenter(c)
         if c is not None:
+            _sign_in(c, w, presenter)
             st.markdown(
                 f"**{w['role']}:** "
                 + (f":blue[{w['presenter']}]" if presenter else f":gray[{w['viewer']}]")
@@ -276,9 +312,16 @@ def _on_toggle(c: EngineClient, name: str, presenter: bool) -> None:
     if not presenter:  # the page's own gate, whatever a widget message claims
         return
     value = st.session_state[f"ctl_{name}"]
-    answer = send(c, "control", **{name: value})
-    if answer is not None:
-        st.session_state.setdefault("_synced", {})[name] = answer.get("config", {}).get(name, value)
+    if send(c, "control", **{name: value}) is None:
+        return  # refused: the run that follows shows the engine's value again, and why
+    # The answer can be an older state broadcast that overtook this change's own: wait (briefly)
+    # until the connection's state holds the change, so the run that follows never draws the
+    # widget back at its old value.
+    end = time.monotonic() + 2.0
+    while c.snapshot(steps=0).state.get("config", {}).get(name) != value:
+        if time.monotonic() > end:
+            break
+        time.sleep(0.02)
 
 
 def policy_choices(reported, current, w: dict[str, str]):
@@ -298,10 +341,12 @@ def mode_toggles(c: EngineClient, presenter: bool, keys: tuple[str, ...] = LIVE)
     w = words()
     engine_state = c.snapshot(steps=0).state
     config = engine_state.get("config", {})
-    synced = st.session_state.setdefault("_synced", {})
-    for name in keys:  # follow the server when someone else changed it
-        if name in config and synced.get(name) != config[name]:
-            synced[name] = config[name]
+    # Every widget shows the engine's configuration, whoever changed it (a lesson's set-up,
+    # another presenter tab, a reset): seeded on every run, as Streamlit forgets a widget's value
+    # when another page runs (the walkthrough: slots 1, reserved, chunk 8 shown after a lesson
+    # set 8 slots, paged, chunk 64).
+    for name in keys:
+        if name in config:
             st.session_state[f"ctl_{name}"] = config[name]
     # At most two controls a row (the policy alone: its names are the longest), so no label
     # breaks mid-word from 1280 px up, even in projector mode (tests/e2e: screenshots at 1280 and

@@ -64,7 +64,29 @@
     const seen = `${status}|${S.via}`;
     if (S.reported === seen) return;
     S.reported = seen;
-    S.post("streamlit:setComponentValue", {value: {browser: {status: status, via: S.via, url: engineUrl()}}, dataType: "json"});
+    S.browser = {status: status, via: S.via, url: engineUrl()};
+    post();
+  }
+  function post() {
+    S.post("streamlit:setComponentValue", {value: {browser: S.browser, engine: S.engineSeen || null}, dataType: "json"});
+  }
+
+  /* The presenter's widgets show the engine's configuration and traffic as the page last drew
+   * them (``args.engine``). When a state message says otherwise (a lesson's set-up or another
+   * presenter tab changed it), the page is told once per new configuration, which reruns it and
+   * draws the widgets again. Viewers' pages are not rerun: forty of them would cost the page
+   * process forty runs per change. */
+  function checkEngine(m) {
+    const drawn = S.args.engine;
+    if (!S.args.presenter || !drawn) return;
+    const config = m.config || {}, traffic = m.traffic || null;
+    const differs = (a, b) => Object.keys(a).some(k => a[k] !== b[k]);
+    const changed = differs(drawn.config || {}, config) || (drawn.traffic === null) !== (traffic === null) ||
+      (traffic !== null && differs(drawn.traffic, traffic));
+    const seen = JSON.stringify([config, traffic && Object.keys(drawn.traffic || {}).map(k => traffic[k])]);
+    if (!changed || S.engineSeen === seen) return;
+    S.engineSeen = seen;
+    post();
   }
 
   function connect() {
@@ -146,10 +168,12 @@
         // what this browser sees: the engine directly, or through the page's relay
         setStatus("connected", w("v_connected", {client: m.client, model: m.model}) + (S.via === "relay" ? w("v_via_relay") : ""));
         report("connected");
+        checkEngine(S.state);
         break;
       case "state":
         S.state = m;
         S.showHeld(!!m.comparing);
+        checkEngine(m);
         break;
       case "history":
         S.buffer = (m.steps || []).slice(-S.bufferSize);

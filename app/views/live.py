@@ -46,41 +46,79 @@ def replay_view() -> None:
         state.put("speed", got.get("speed"))
 
 
+# The traffic widgets, and how the engine's running traffic (``state.traffic``) sets each one.
+TRAFFIC_KEYS = {
+    "tr_load": "load",
+    "tr_rate": "rate",
+    "tr_prompts": "prompts",
+    "tr_lengths": "lengths",
+    "tr_median": "median",
+    "tr_max": "max_tokens",
+    "tr_sigma": "sigma",
+}
+TRAFFIC_FIELDS = (*TRAFFIC_KEYS.values(), "seed")  # a traffic's parameters, not its counters
+TRAFFIC_DEFAULTS = {"tr_unit": "load", "tr_load": 0.8, "tr_rate": 1.0, "tr_prompts": "chat"}
+TRAFFIC_DEFAULTS |= {"tr_lengths": "lognormal", "tr_median": 40, "tr_max": 256, "tr_sigma": 1.0}
+
+
+def seed_traffic(traffic: dict | None) -> dict:
+    """The traffic widgets show the engine's running traffic whenever it changed since this
+    session last looked (a lesson's set-up, another presenter's tab), and this session's own
+    choices otherwise; kept in a plain session dict, as Streamlit forgets a widget's value when
+    another page runs (the walkthrough: 1.00 req/s and median 40 shown while a lesson ran
+    0.45x capacity and median 16)."""
+    kept = st.session_state.setdefault("_traffic_kept", dict(TRAFFIC_DEFAULTS))
+    # its parameters, not its counters (sent, dropped), which move on every run
+    params = {f: traffic.get(f) for f in TRAFFIC_FIELDS} if traffic else None
+    if params and params != st.session_state.get("_traffic_seen"):
+        st.session_state["_traffic_seen"] = params
+        kept["tr_unit"] = "rate" if traffic.get("load") is None else "load"
+        for key, field in TRAFFIC_KEYS.items():
+            if traffic.get(field) is not None:
+                kept[key] = traffic[field]
+        kept["seed"] = traffic.get("seed", 0)
+    for key in TRAFFIC_DEFAULTS:
+        st.session_state[key] = kept[key]
+    return kept
+
+
+def _keep_traffic(key: str) -> None:
+    st.session_state["_traffic_kept"][key] = st.session_state[key]
+
+
 def traffic_controls(c, presenter: bool, traffic: dict | None) -> None:
     """The traffic generator. The offered load is a multiple of this engine's capacity (the
     requests/s at which it would be 100 % busy with this traffic and these settings: the engine
     computes it from its calibrated cost model, engine/workloads/capacity.py), so the same words
     show the same picture on any machine; requests/s stays one click away."""
-    off = not presenter
+    kept = seed_traffic(traffic)
+
+    def kw(key: str) -> dict:
+        return dict(key=key, disabled=not presenter, on_change=_keep_traffic, args=(key,))
+
     unit = st.radio(
         w["load_unit"],
         ("load", "rate"),
         format_func=lambda u: w[f"unit_{u}"],
         horizontal=True,
-        key="tr_unit",
-        disabled=off,
+        **kw("tr_unit"),
     )
     if unit == "load":
-        amount = st.slider(w["load"], 0.1, 3.0, 0.8, 0.1, key="tr_load", disabled=off)
+        amount = st.slider(w["load"], 0.05, 3.0, step=0.05, **kw("tr_load"))
     else:
-        amount = st.slider(w["rate"], 0.1, 50.0, 1.0, 0.1, key="tr_rate", disabled=off)
+        amount = st.slider(w["rate"], 0.1, 50.0, step=0.1, **kw("tr_rate"))
     # radios, one row each: a selectbox cut "lognormal" to "lognorm…" on a 1280 px projector
-    prompts = st.radio(
-        w["prompts"], ("chat", "long", "mixed"), horizontal=True, key="tr_prompts", disabled=off
-    )
+    prompts = st.radio(w["prompts"], ("chat", "long", "mixed"), horizontal=True, **kw("tr_prompts"))
     lengths = st.radio(
-        w["lengths"],
-        ("lognormal", "natural", "uniform"),
-        horizontal=True,
-        key="tr_lengths",
-        disabled=off,
+        w["lengths"], ("lognormal", "natural", "uniform"), horizontal=True, **kw("tr_lengths")
     )
     t4, t5 = st.columns(2)  # three a row broke "comprimento" mid-word on a 1280 px projector
-    median = t4.number_input(w["median"], 8, 256, 40, key="tr_median", disabled=off)
-    tmax = t5.number_input(w["max_tokens"], 8, 1024, 256, key="tr_max", disabled=off)
-    sigma = t4.number_input(w["sigma"], 0.0, 2.0, 1.0, 0.1, key="tr_sigma", disabled=off)
+    median = t4.number_input(w["median"], 1, 1024, **kw("tr_median"))
+    tmax = t5.number_input(w["max_tokens"], 1, 1024, **kw("tr_max"))
+    sigma = t4.number_input(w["sigma"], 0.0, 3.0, step=0.1, **kw("tr_sigma"))
     shape = dict(prompts=prompts, lengths=lengths, median=int(median), sigma=float(sigma))
-    traffic_buttons(c, presenter, {unit: float(amount), **shape, "max_tokens": int(tmax)})
+    params = {unit: float(amount), **shape, "max_tokens": int(tmax), "seed": kept.get("seed", 0)}
+    traffic_buttons(c, presenter, params)
     st.markdown(traffic_line(traffic))
 
 
@@ -137,13 +175,19 @@ def live_view() -> None:
             traffic_controls(c, ctx.presenter, st_.get("traffic"))
     # Chat, headline metrics and the charts live in the browser: its own connection to the engine,
     # incremental updates of views created once. This script runs again only when a widget changes.
+    config, traffic = st_.get("config", {}), st_.get("traffic")
     browser_view.live(
-        slots=int(st_.get("config", {}).get("max_slots", 8)),
+        slots=int(config.get("max_slots", 8)),
         held=bool(st_.get("comparing")),
         lang=lang,
         projector=ctx.projector,
         names=ctx.charts,
         presenter=ctx.presenter,
+        # what the widgets show: the view reruns the page when the engine's differs
+        engine={
+            "config": {k: config[k] for k in ui.LIVE if k in config},
+            "traffic": None if not traffic else {f: traffic.get(f) for f in TRAFFIC_FIELDS},
+        },
     )
     if ctx.chart == "all":
         st.divider()

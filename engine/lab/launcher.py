@@ -231,6 +231,19 @@ def stop(*procs: subprocess.Popen) -> None:
             p.kill()
 
 
+def token_line(host: str, token: str) -> str:
+    """What the start says of the presenter token: where the page can be reached (loopback: this
+    machine only, whatever the token; the walkthrough read "reachable beyond this machine" while
+    the lab listened on 127.0.0.1)."""
+    if host in LOOPBACK:
+        where = "The page listens on this machine only (loopback): its browsers are viewers until"
+        return f"{where} one types the presenter token  {token}"
+    return (
+        f"The page is reachable beyond this machine ({host}): students are viewers; the "
+        f"presenter token is  {token}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     engine, page, token, split = start(args)
@@ -245,11 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         print(f"  {split.describe()} {cpu.platform_note()}".rstrip(), flush=True)
         if token:
-            print(
-                f"  The page is reachable beyond this machine: students are viewers; the "
-                f"presenter token is  {token}",
-                flush=True,
-            )
+            print(f"  {token_line(args.host, token)}", flush=True)
         print("  Ctrl-C stops both.", flush=True)
         if args.open:
             # a browser started from here inherits the page's cores

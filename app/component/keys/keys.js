@@ -5,7 +5,8 @@
  *   space                play / pause every replay view on the page.
  *   ?                    this help, over the page (Esc closes it).
  *
- * It also writes the page's shareable state (its ``query`` argument) into the address bar.
+ * It also writes the page's shareable state (its ``query`` argument) into the address bar, and
+ * keeps the presenter's session secret in a cookie (its ``cookie`` argument).
  *
  * The component is same-origin with the page (Streamlit serves it), so it listens on the page's
  * document and acts on the page's own buttons; the views forward the keys pressed inside them.
@@ -138,6 +139,27 @@
     return true;
   }
 
+  /* The presenter's session secret (app/presenter_session.py), never the token: a session cookie
+   * of this origin, sent with the page's websocket on a reload; {name, value}: "" clears it, null
+   * leaves it. */
+  function presenterCookie(c) {
+    if (!c || typeof c.name !== "string" || !/^fluxo_presenter_\d+$/.test(c.name)) return;
+    const secret = typeof c.value === "string" ? c.value : "";
+    const attrs = "; path=/; SameSite=Strict" + (top.location.protocol === "https:" ? "; Secure" : "");
+    doc.cookie = c.name + "=" + (secret ? encodeURIComponent(secret) + attrs : attrs + "; max-age=0");
+  }
+
+  /* The page's state in the address bar. Streamlit drops the query string when the sidebar
+   * switches pages, and sends this frame no new render when the next page's arguments are the
+   * same: written again whenever it differs, so a reload after a page change reopens the same
+   * picture (the language, the lesson) rather than the defaults. */
+  function writeQuery() {
+    if (!top.__fluxoKeysReady) return;
+    const q = args.query ? "?" + args.query : "";
+    if (top.location.search !== q) top.history.replaceState(top.history.state, "", top.location.pathname + q);
+  }
+  setInterval(writeQuery, 250);
+
   top.__fluxoKeys = onKey;  // the latest page's handler (the views forward their keys here)
   // One listener on the page, this frame's: a listener of a frame Streamlit has since removed
   // never fires again, so each keys frame replaces the previous frame's listener with its own.
@@ -151,9 +173,9 @@
     if (ev.data && ev.data.type === "streamlit:render") {
       args = ev.data.args || args;
       top.__fluxoKeysReady = true;
-      const q = args.query ? "?" + args.query : "";
-      if (top.location.search !== q) top.history.replaceState(top.history.state, "", top.location.pathname + q);
+      writeQuery();
       top.__fluxoKeysUrl = location.href;  // which page's keys (its streamlitUrl): for the tests
+      presenterCookie(args.cookie);
       top.__fluxoKeys = onKey;
     }
   });

@@ -1,0 +1,155 @@
+"""The presenter's session in Chromium, as a classroom runs it (issue 36): the engine and the page
+hold a token, the teacher types it once, then walks lesson 2 (Aulas -> Ao vivo -> Aulas), reloads,
+and keeps control all along; the token itself is never in the address bar nor in any storage of
+the page, a student's browser stays a viewer, and signing out ends the session for good (before:
+presenter -> viewer on every page change and on reload, token box empty)."""
+
+from __future__ import annotations
+
+import pytest
+from servers import start_engine, start_streamlit, stop
+
+from app.engine_client import EngineClient
+
+from .browsing import wait
+from .conftest import LOGS
+
+TOKEN = "classroom-token-36"
+LESSON = "02-oven-vs-flow"
+PRESENTER = "apresentador (controles ligados)"
+VIEWER = "espectador (conversa e assiste)"
+SETUP = "Preparar este cenário"
+
+
+@pytest.fixture(scope="module")
+def token_lab(tmp_path_factory):
+    """A loopback page and an engine that both hold the presenter token, as
+    ``python -m engine.lab --token`` starts them."""
+    tmp = tmp_path_factory.mktemp("token_lab")
+    LOGS.append(tmp)  # a failure's report shows the engine's and the page's log
+    engine, ws_url = start_engine(tmp, "--slots", "8", "--kv-blocks", "256", "--token", TOKEN)
+    try:
+        page, http_url = start_streamlit(tmp, ws_url, env_extra={"FLUXO_TOKEN": TOKEN})
+    except Exception:
+        stop(engine)
+        raise
+    probe = EngineClient(ws_url, TOKEN, history=10)
+    assert probe.wait_connected(15)
+    yield http_url, probe
+    probe.request("reset")
+    probe.close()
+    stop(page)
+    stop(engine)
+
+
+def _role(page, role: str) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.get_by_text(role, exact=True)).to_be_visible(timeout=60_000)
+
+
+def _nav(page, title: str) -> None:
+    page.locator("[data-testid='stSidebarNav'] a", has_text=title).first.click()
+    page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+
+
+def _token_anywhere(page, ctx) -> list[str]:
+    """Where the token shows on the browser's side: the address, cookies, web storage."""
+    found = [f"url {page.url}"] if TOKEN in page.url else []
+    found += [f"cookie {c['name']}" for c in ctx.cookies() if TOKEN in c["value"]]
+    for frame in page.frames:
+        try:
+            stored = frame.evaluate(
+                "() => JSON.stringify([{...localStorage}, {...sessionStorage}, location.href])"
+            )
+        except Exception:  # noqa: BLE001 - a frame gone since: nothing to read there
+            continue
+        if TOKEN in stored:
+            found.append(f"storage of {frame.url}")
+    return found
+
+
+def _live_controls_on(page) -> None:
+    """Ao vivo: the policy switch is enabled and shows the lesson's set-up (static, 8 slots)."""
+    from playwright.sync_api import expect
+
+    policy = page.locator(".st-key-ctl_policy")
+    expect(policy.locator("input[type='radio']").first).to_be_enabled(timeout=60_000)
+    expect(policy.locator("label", has_text="static").locator("input")).to_be_checked()
+    expect(page.locator(".st-key-ctl_max_slots input")).to_have_value("8")
+
+
+def _open(page, http_url: str):
+    page.goto(f"{http_url}/lessons?lang=pt-BR&lesson={LESSON}")
+    _role(page, VIEWER)
+    return page
+
+
+def _sign_in(page, http_url: str):
+    """Lesson 2 on Aulas, a viewer's until the token is typed once."""
+    from playwright.sync_api import expect
+
+    setup = _open(page, http_url).get_by_role("button", name=SETUP)
+    expect(setup).to_be_disabled(timeout=60_000)
+    field = page.locator("input[type='password']")
+    field.fill(TOKEN)
+    field.press("Enter")
+    _role(page, PRESENTER)
+    expect(setup).to_be_enabled(timeout=60_000)
+    return page
+
+
+@pytest.fixture
+def two(browser):
+    """The teacher's browser and a student's, at a projector's 1366x768; closed after the test's
+    report, so a failure's report shows both tabs (tests/e2e/conftest.py)."""
+    made = [browser.new_context(viewport={"width": 1366, "height": 768}) for _ in range(2)]
+    yield made
+    for ctx in made:
+        ctx.close()
+
+
+@pytest.mark.browser
+def test_the_presenter_keeps_control_through_lesson_two_and_a_reload(browser, token_lab, two):
+    from playwright.sync_api import expect
+
+    http_url, probe = token_lab
+    ctx, student = two
+    page = _sign_in(ctx.new_page(), http_url)
+    page.get_by_role("button", name=SETUP).click()
+    page.get_by_text("Cenário rodando").wait_for(timeout=60_000)
+    assert probe.snapshot(steps=0).state["config"]["max_slots"] == 8
+    _nav(page, "Ao vivo")
+    _role(page, PRESENTER)
+    _live_controls_on(page)
+    _nav(page, "Aulas")
+    _role(page, PRESENTER)
+    expect(page.get_by_role("button", name=SETUP)).to_be_enabled(timeout=60_000)
+    # the address bar holds the page's state again after the switch, so the reload reopens
+    # lesson 2 in Portuguese (Streamlit drops the query string on a page switch)
+    page.wait_for_url(f"**/lessons?lang=pt-BR&*lesson={LESSON}*", timeout=30_000)
+    page.reload()
+    _role(page, PRESENTER)
+    expect(page.get_by_role("button", name=SETUP)).to_be_enabled(timeout=60_000)
+    assert page.locator("input[type='password']").count() == 0
+    _nav(page, "Ao vivo")
+    _role(page, PRESENTER)
+    _live_controls_on(page)
+    # another presenter's change (a second tab, a script) shows here without a click
+    probe.request("control", max_slots=4, policy="continuous")
+    expect(page.locator(".st-key-ctl_max_slots input")).to_have_value("4", timeout=30_000)
+    continuous = page.locator(".st-key-ctl_policy label", has_text="continuous")
+    expect(continuous.locator("input")).to_be_checked()
+    assert not _token_anywhere(page, ctx), _token_anywhere(page, ctx)
+    # the session secret is a cookie of this page's browser alone: a student's is a viewer
+    spage = _open(student.new_page(), http_url)
+    expect(spage.get_by_role("button", name=SETUP)).to_be_disabled(timeout=60_000)
+    # signing out ends it, a reload included
+    page.get_by_role("button", name="Sair").click()
+    _role(page, VIEWER)
+    page.reload()
+    _role(page, VIEWER)
+    expect(page.locator("input[type='password']")).to_be_visible(timeout=60_000)
+    # and its cookie goes (the page clears it once its run ends)
+    mine = lambda: [c for c in ctx.cookies() if c["name"].startswith("fluxo_presenter")]  # noqa: E731
+    assert wait(lambda: not mine(), timeout=30), mine()
