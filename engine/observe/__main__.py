@@ -14,10 +14,12 @@ import argparse
 import logging
 import shlex
 import sys
+from pathlib import Path
 
 from engine.observe import launch
 from engine.observe.server import ObservedServer
 from engine.observe.source import ObservedEngine
+from engine.server.guard import Origins
 
 DEFAULT_OBSERVER = "tcp://127.0.0.1:5557"
 
@@ -33,8 +35,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--token", default=None, help="presenter token (as engine.serve)")
     p.add_argument("--observer", default=DEFAULT_OBSERVER, help="ZMQ endpoint the sidecar binds")
     p.add_argument("--vllm-port", type=int, default=8000, help="with --start-vllm: vLLM's port")
-    p.add_argument("--data-parallel-size", type=int, default=1, help="with --start-vllm")
+    p.add_argument("--data-parallel-size", type=int, default=1, help="vLLM's data-parallel ranks")
     p.add_argument("--max-num-seqs", type=int, default=8, help="with --start-vllm")
+    p.add_argument("--page-port", type=int, action="append", help="the page's port (8501)")
+    p.add_argument("--capture", type=Path, help="append the observer's records (JSON lines)")
     return p.parse_args(argv)
 
 
@@ -55,10 +59,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"starting vLLM on {url} (the first start compiles, ~4 min here)", flush=True)
         launch.wait_ready(url, proc)
         about = launch.info(url)
-        engine = ObservedEngine(args.observer, about["max_model_len"])
+        engine = ObservedEngine(
+            args.observer, about["max_model_len"], dp=args.data_parallel_size,
+            capture=args.capture,
+        )  # fmt: skip
+        origins = Origins.build(args.host, args.page_port or [8501])
         server = ObservedServer(
             engine, url, about["version"], host=args.host, port=args.port,
-            token=args.token, model_name=about["model"],
+            token=args.token, model_name=about["model"], origins=origins,
         )  # fmt: skip
         print(f"vLLM {about['version']} observed on ws://{args.host}:{args.port}", flush=True)
         from engine.serve import _serve

@@ -85,6 +85,15 @@ def vllm_command(port: int, dp: int = 1, max_num_seqs: int = 8, extra: tuple = (
     ]
 
 
+def omp_bind(dp: int, cpus: list[int]) -> str | None:
+    """vLLM's CPU list per data-parallel rank ("0|1": rank 0 on core 0, rank 1 on core 1). Left
+    to itself (``auto``), vLLM binds every rank of a dense model to the same cores."""
+    if dp <= 1 or len(cpus) < dp:
+        return None
+    share = len(cpus) // dp
+    return "|".join(",".join(map(str, cpus[r * share : (r + 1) * share])) for r in range(dp))
+
+
 def start_vllm(
     port: int, observer_addr: str, log_path: Path | None = None, **kw
 ) -> subprocess.Popen:
@@ -92,6 +101,9 @@ def start_vllm(
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", FLUXO_OBSERVER_ADDR=observer_addr)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache: the default takes much more
+    bind = omp_bind(kw.get("dp", 1), sorted(os.sched_getaffinity(0)))
+    if bind and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
     out = open(log_path, "ab") if log_path else None  # noqa: SIM115 - the child keeps it
     return subprocess.Popen(
         vllm_command(port, **kw),

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -62,8 +63,17 @@ class ObservedConfig:
 class ObservedEngine:
     paused = False
 
-    def __init__(self, addr: str, max_model_len: int, runner: str = "sync") -> None:
+    def __init__(
+        self,
+        addr: str,
+        max_model_len: int,
+        runner: str = "sync",
+        dp: int = 1,
+        capture: Path | None = None,
+    ) -> None:
         self.addr = addr
+        self.dp = dp  # data-parallel ranks vLLM was started with: lanes for each from the start
+        self.capture = capture  # the observer's records, as received, one JSON line each
         self._t0 = time.monotonic()
         self.translator = Translator(epoch=time.time(), runner=runner)
         self.telemetry = ObservedTelemetry(max_steps=MAX_STEPS)
@@ -121,12 +131,19 @@ class ObservedEngine:
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(self.addr)
         self.bound.set()
+        out = open(self.capture, "ab") if self.capture else None  # noqa: SIM115 - closed below
         try:
             while not stop.is_set():
                 if sock.poll(100):
-                    self.take(sock.recv())
+                    raw = sock.recv()
+                    if out is not None:
+                        out.write(raw + b"\n")
+                        out.flush()
+                    self.take(raw)
         finally:
             sock.close(0)
+            if out is not None:
+                out.close()
 
     def take(self, raw: bytes) -> None:
         """One observer record in; its step record (and ended requests) out to the telemetry."""
@@ -148,6 +165,6 @@ class ObservedEngine:
     def _note(self, wire: dict) -> None:
         self.ranks.add(wire["rank"])
         limits = wire["limits"]
-        self.config.max_slots = limits["max_num_seqs"] * len(self.ranks)
+        self.config.max_slots = limits["max_num_seqs"] * max(self.dp, len(self.ranks))
         self.config.chunk_budget = limits["max_num_batched_tokens"]
         self.config.kv_blocks = self.kv_usage()["blocks_total"]

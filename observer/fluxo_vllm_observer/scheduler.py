@@ -32,7 +32,10 @@ class _Observed:
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._fx_pub = Publisher()
-        self._fx_rank = self.parallel_config.data_parallel_rank
+        # The data-parallel rank: vLLM leaves data_parallel_rank at 0 on every rank of a dense
+        # model (its ranks are independent engines) and sets data_parallel_index to the rank.
+        pc = self.parallel_config
+        self._fx_rank = getattr(pc, "data_parallel_index", None) or pc.data_parallel_rank
         self._fx_wall = time.time() - time.monotonic()  # monotonic -> wall, sampled once
         self._fx_pending: dict[int, dict] = {}  # id(SchedulerOutput) -> what schedule() saw
         self._fx_arrivals: dict[str, float] = {}
