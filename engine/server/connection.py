@@ -22,7 +22,7 @@ from engine.core.engine import Engine
 from engine.core.metrics import inter_token_latencies, median
 from engine.core.sequence import Event, Sequence
 from engine.server import protocol
-from engine.server.guard import Peer, ip_of, is_own, over_line
+from engine.server.guard import Peer, counted, ip_of, is_own, over_line
 from engine.server.protocol import dumps
 
 log = logging.getLogger("fluxo.server")
@@ -59,6 +59,7 @@ class Limits:
     history: int = 300  # default steps sent on subscribe
     max_history: int = 2_000  # most steps a viewer's subscribe sends (a presenter: all kept)
     history_per_s: float = 1.0  # a viewer's subscribes with history a second (burst of 2)
+    messages_per_s: float = 20.0  # a student's address, every message (burst of 40; L7)
     export_interval_s: float = 10.0  # one export per address this often (presenters: no limit)
     max_connections_per_address: int = 16  # websockets of one student's address
     max_http_connections_per_address: int = 32  # HTTP connections of one student's address
@@ -317,7 +318,8 @@ class GatedConnection(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
-        ip = str(ip_of(peer[0]) or peer[0]) if peer else "unknown"
+        addr = ip_of(peer[0]) if peer else None
+        ip = counted(addr) if addr else (str(peer[0]) if peer else "unknown")
         super().connection_made(transport)
         if self.gate.enter(ip):
             self.gate_ip = ip

@@ -59,15 +59,24 @@ def is_own(key: str) -> bool:
     return ip is not None and str(ip) in OWN
 
 
+def counted(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """An address as one student: IPv4 by itself, IPv6 by its /64 (one host's privacy addresses,
+    or a student who picks any of a network's 2**64, are one student; security review 2, L9)."""
+    if ip.version == 6 and not ip.is_loopback:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
 def peer_key(direct: str, forwarded: str | None) -> str:
-    """The address a client is counted under: the direct peer, or the last ``X-Forwarded-For``
-    entry (the one the proxy itself saw) when the direct peer is a proxy on this machine."""
+    """The address a client is counted under (``counted``): the direct peer, or the last
+    ``X-Forwarded-For`` entry (the one the proxy itself saw) when the direct peer is a proxy on
+    this machine."""
     if forwarded and is_loopback(direct):
         last = forwarded.split(",")[-1].strip()
         ip = ip_of(last)
-        return str(ip) if ip else f"unparsed:{last[:40]}"
+        return counted(ip) if ip else f"unparsed:{last[:40]}"
     ip = ip_of(direct)
-    return str(ip) if ip else direct
+    return counted(ip) if ip else direct
 
 
 def _split_hostport(value: str) -> tuple[str, int | None]:
@@ -185,6 +194,7 @@ class Peer:
     open: int = 0  # open requests, websocket chats and HTTP completions together
     bucket: TokenBucket = field(default_factory=TokenBucket)
     history_bucket: TokenBucket = field(default_factory=TokenBucket)
+    messages: TokenBucket = field(default_factory=TokenBucket)  # every message, all its sockets
     export_at: float = -1e9
     bad_tokens: int = 0
     token_wait_until: float = 0.0

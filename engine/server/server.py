@@ -361,6 +361,11 @@ class Server(ViewerMessages, PresenterMessages):
     async def _on_message(self, conn: Connection, raw: str | bytes) -> None:
         ref, kind = None, "?"
         try:
+            per_s = self.limits.messages_per_s  # every kind: a subscribe copies up to 2,000 steps
+            if not (conn.exempt or conn.peer is None or conn.peer.messages.take(per_s)):
+                raise protocol.RateLimited(
+                    f"over {per_s:g} messages a second from this address; this one was dropped"
+                )
             msg = protocol.parse(raw, self.limits.max_message_bytes)
             ref = msg.get("ref") if isinstance(msg.get("ref"), str) else None
             kind = msg["type"]

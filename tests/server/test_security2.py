@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 
 import pytest
 from server_client import Client, url
@@ -83,11 +84,11 @@ def test_surrogates_and_huge_numbers_get_codes_no_traceback_and_the_class_goes_o
 
     first, answers, grown, (text, end, tokens) = asyncio.run(main())
     for name, msg in first.items():
-        assert msg["type"] == "error" and msg["code"] == "bad_field", (name, msg)
-        assert msg.get("ref") == name, msg
+        assert (msg["type"], msg["code"], msg.get("ref")) == ("error", "bad_field", name), msg
     assert "surrogate" in first["auth"]["message"] and "token" in first["auth"]["message"]
     assert "temperature" in first["temperature"]["message"]
-    assert {(m["type"], m.get("code")) for m in answers} == {("error", "bad_field")}
+    codes = Counter(m.get("code") for m in answers)  # bad_field until the budget (L7) is spent
+    assert set(codes) <= {"bad_field", "rate_limited"} and codes["bad_field"] >= 20, codes
     assert grown < 2_000, f"the log grew {grown} bytes for 300 bad messages"
     assert end["type"] == "done" and len(tokens) == 4, end
 
@@ -132,6 +133,7 @@ def test_an_unexpected_error_is_logged_once_and_counts_against_its_sender(serve,
                 msg = await c.recv(10)
                 if msg["type"] == "error":
                     codes.append(msg["code"])
+        await asyncio.sleep(2.5)  # the address's message budget (20/s) refills meanwhile
         again = await student(url(server))  # the same address on a new socket: closed at once
         await again.send({"type": "unsubscribe"})
         second = await again.recv(10)

@@ -15,8 +15,11 @@ import signal
 import socket
 import threading
 
+from server_client import url
 from servers import free_port, start_engine, stop
 from student_client import STUDENT, post_from, student
+
+from engine.server import guard
 
 
 def _raw(port: int, data: bytes, wait_s: float = 10.0) -> bytes:
@@ -113,3 +116,36 @@ def test_sigterm_tells_every_request_in_flight(tmp_path):
     assert code == 0
     log = (tmp_path / f"engine-{ws_url.rsplit(':', 1)[1]}.log").read_text()
     assert "Traceback" not in log, log[-2000:]
+
+
+def test_every_message_of_a_student_is_budgeted_per_address(serve):
+    """L7: unsubscribe (and subscribe with history 0) were unbudgeted; now 20 messages a second
+    per address, across its sockets (a burst of 40), then ``rate_limited``, and the student is
+    answered again a moment later."""
+    server = serve("tiny")
+
+    async def flood() -> tuple[int, int, dict]:
+        a, b = await student(url(server)), await student(url(server))
+        for c in (a, b):
+            for _ in range(40):
+                await c.send({"type": "unsubscribe"})
+        answers = [m for c in (a, b) for m in await c.drain(0.5)]
+        ok = sum(m["type"] == "ok" for m in answers)
+        limited = sum(m.get("code") == "rate_limited" for m in answers)
+        await asyncio.sleep(1.0)
+        await a.send({"type": "unsubscribe"})
+        return ok, limited, await a.recv(10)
+
+    ok, limited, later = asyncio.run(flood())
+    assert 40 <= ok <= 50 and ok + limited == 80, (ok, limited)  # one bucket for both sockets
+    assert later == {"type": "ok", "of": "unsubscribe"}
+
+
+def test_ipv6_addresses_count_by_their_64():
+    """L9: a student's /64 holds 2**64 addresses; each was a new student with fresh caps."""
+    one = guard.peer_key("2001:db8:1:2::5", None)
+    assert one == guard.peer_key("2001:db8:1:2:ffff:1:2:3", None) == "2001:db8:1:2::/64"
+    assert guard.peer_key("2001:db8:1:3::5", None) != one
+    assert guard.peer_key("::1", "2001:db8:1:2::77") == one  # forwarded by a local proxy
+    assert guard.peer_key("::1", None) == "::1" and guard.is_own("::1")
+    assert guard.peer_key("::ffff:10.0.0.7", None) == "10.0.0.7"
