@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from engine.core import cpu, threads
-from engine.core.config import DEVICES, FLAGS, WEIGHTS, EngineConfig, lab_weights
+from engine.core.config import DEVICES, FLAGS, VLLM_FLAGS, WEIGHTS, EngineConfig, lab_weights
 from engine.core.engine import Engine
 from engine.core.errors import FluxoError
 from engine.core.policy import registry as policy
@@ -41,14 +41,19 @@ def _engine_flags(ap: argparse.ArgumentParser, *names: str) -> None:
     defaults = EngineConfig()
     for name in names:
         flag, choices, help_ = FLAGS[name]
+        flags = (flag, VLLM_FLAGS[name]) if name in VLLM_FLAGS else (flag,)
         default = getattr(defaults, name)
         if isinstance(default, bool):
             ap.add_argument(
-                flag, dest=name, default=default, help=help_, action=argparse.BooleanOptionalAction
+                *flags,
+                dest=name,
+                default=default,
+                help=help_,
+                action=argparse.BooleanOptionalAction,
             )
         else:
             ap.add_argument(
-                flag, dest=name, default=default, type=type(default), choices=choices, help=help_
+                *flags, dest=name, default=default, type=type(default), choices=choices, help=help_
             )
 
 
@@ -137,7 +142,7 @@ def _scheduler_args(ap: argparse.ArgumentParser) -> None:
         help="a Python file of this machine's defining Policy subclasses (engine/core/policy/), "
         "loaded at start and switched live like the built-ins (repeatable); never uploaded",
     )
-    _engine_flags(ap, "runner", "max_slots", "kv_blocks", "kv_layout", "chunk_budget")
+    _engine_flags(ap, "runner", "max_slots", "kv_blocks", "kv_layout", "block_size", "chunk_budget")
     _engine_flags(ap, "prefix_cache", "fill_timeout_s", "host_work_ms")
 
 

@@ -40,6 +40,14 @@ LIVE_FIELDS = (
     "prefix_cache",
 )
 
+# vLLM's names for the same switches, accepted beside Fluxo's (docs/protocol.md, "vLLM's flags"):
+# vLLM always chunks prefills within --max-num-batched-tokens, Fluxo's chunked policy does.
+VLLM_FLAGS: dict[str, str] = {
+    "max_slots": "--max-num-seqs",
+    "chunk_budget": "--max-num-batched-tokens",
+    "prefix_cache": "--enable-prefix-caching",
+}
+
 # The fields `python -m engine.serve` sets with one flag each, field: (flag, choices, help); the
 # flag's default and type are the field's own (tests/test_serve_flags.py holds every live field to
 # one). `--weights`, `--device`, `--threads` and `--cpus` are written by hand in engine/serve.py.
@@ -52,6 +60,7 @@ FLAGS: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {
     "max_slots": ("--slots", None, None),
     "kv_blocks": ("--kv-blocks", None, "the KV budget, in blocks of block_size tokens"),
     "kv_layout": ("--kv-layout", KV_LAYOUTS, None),
+    "block_size": ("--block-size", None, "tokens per KV block"),
     "chunk_budget": ("--chunk-budget", None, "tokens per step under the chunked policy"),
     "prefix_cache": ("--prefix-cache", None, "reuse computed prompt prefixes' KV (lesson 10)"),
     "fill_timeout_s": ("--fill-timeout-s", None, "static: seconds a partial batch waits to fill"),

@@ -163,32 +163,32 @@ async def event_stream(conn: Conn, req: Request, gen: Generation, model_id: str)
         return protocol.dumps({**base, "choices": [choice], **usage_null})
 
     try:
-        if chat:
-            await conn.event(chunk(None, None, role=True))
+        # The first chunk carries the first token (with the assistant's role), as vLLM's does:
+        # tools that time the first chunk (vllm bench serve, guidellm) then read the real TTFT,
+        # not the ~15 ms an empty role chunk sent at once took (issue 38, item 8).
+        first = chat
         while (text := await gen.next()) is not None:
-            await conn.event(chunk(text, None))
+            await conn.event(chunk(text, None, role=first))
+            first = False
+        if first:  # nothing streamed (a stop string at once): the role still opens the answer
+            await conn.event(chunk(None, None, role=True))
         await conn.event(chunk(None, gen.finish))
         if gen.args.include_usage:
             await conn.event(protocol.dumps({**base, "choices": [], "usage": gen.usage}))
     except FluxoError as exc:  # the engine failed the request after the stream began
-        status, kind = STATUS.get(exc.code, (500, "server_error"))
-        await conn.event(
-            protocol.dumps(
-                {
-                    "error": {
-                        "message": exc.message,
-                        "type": kind,
-                        "param": None,
-                        "code": exc.code,
-                    }
-                }
-            )
-        )
+        await conn.event(_error_event(exc))
     except (ConnectionError, OSError):
         raise Gone() from None
     await conn.event("[DONE]")
     await conn.end_events()
     return keep
+
+
+def _error_event(exc: FluxoError) -> str:
+    """An error inside a stream, in the shape of an error answer (then ``[DONE]``)."""
+    _, kind = STATUS.get(exc.code, (500, "server_error"))
+    error = {"message": exc.message, "type": kind, "param": None, "code": exc.code}
+    return protocol.dumps({"error": error})
 
 
 def default_max(engine: Engine, n_prompt: int) -> int:

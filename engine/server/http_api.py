@@ -40,7 +40,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 from engine.core.errors import FluxoError
-from engine.server import guard, prom, protocol
+from engine.server import guard, prom, protocol, tokenize_api
 from engine.server.completions import (
     Coded,
     Generation,
@@ -182,7 +182,7 @@ class HttpApi:
                     "model",
                 )
             )
-        if path in ("/v1/chat/completions", "/v1/completions"):
+        if path in ("/v1/chat/completions", "/v1/completions", *tokenize_api.PATHS):
             return Reply(
                 *error_body("method_not_allowed", f"{path} takes POST" + self._post_hint())
             )
@@ -320,12 +320,15 @@ class HttpApi:
                 return await self._completion(
                     conn, req, "chat" if path == "/v1/chat/completions" else "text"
                 )
+            if req.method == "POST" and path in tokenize_api.PATHS:
+                return await self._tokenize(conn, req, path)
             known = path in (
                 "/health",
                 "/metrics",
                 "/v1/models",
                 "/v1/chat/completions",
                 "/v1/completions",
+                *tokenize_api.PATHS,
             )
             if not known and not path.startswith("/v1/models/"):
                 raise NotFound(f"no endpoint {protocol.show(path)}")
@@ -347,6 +350,21 @@ class HttpApi:
                 guard.over_line(peer.internal, self.limits.abuse_internal)
             await conn.send_error(Coded("internal", f"internal error: {type(exc).__name__}"), False)
             return False
+
+    async def _tokenize(self, conn: Conn, req: Request, path: str) -> bool:
+        """vLLM's ``/tokenize`` and ``/detokenize`` (``tokenize_api``): one of a student's
+        requests/s, on the tokenizer thread."""
+        peer = self.peers.get(guard.peer_key(conn.ip, req.headers.get("x-forwarded-for")))
+        exempt = self._bearer_presents(req, peer) or peer.own
+        if not exempt and not peer.bucket.take(self.limits.max_requests_per_s):
+            raise protocol.RateLimited(
+                f"over {self.limits.max_requests_per_s:g} requests a second from this address"
+            )
+        fn = tokenize_api.tokenize if path == "/tokenize" else tokenize_api.detokenize
+        loop = asyncio.get_running_loop()
+        body = await loop.run_in_executor(TOKENIZER, fn, self.engine, req.body)
+        await conn.send(200, protocol.dumps(body).encode(), "application/json", req.keep_alive)
+        return req.keep_alive
 
     def _check_failures(self, conn: Conn, req: Request) -> None:
         """A student's address whose requests made the server fail ``abuse_internal`` times in the
