@@ -88,9 +88,9 @@ HEAD = {
 }
 
 
-VARIANT = {
+VARIANT = {  # the words of a run's line: its variant, and its figures' labels in the language
     "en": {"short": "short", "full": "full"},
-    "pt-BR": {"short": "curta", "full": "completa"},
+    "pt-BR": {"short": "curta", "full": "completa", "busy": "ocupado", "peak": "pico"},
 }
 
 
@@ -121,7 +121,7 @@ def measured_markdown(scenario: dict, measured: dict, lang: str) -> str:
         runs = "; ".join(
             f"{name}: {_num(r['summary'].get('throughput', float('nan')), lang)} tok/s"
             + "".join(
-                f", {label} {_num(r['summary'][k] * f, lang)}{unit}"
+                f", {VARIANT[lang].get(label, label)} {_num(r['summary'][k] * f, lang)}{unit}"
                 for k, label, f, unit in (
                     ("ttft_p50", "TTFT p50", 1, " s"),
                     ("itl_p50", "ITL p50", 1000, " ms"),

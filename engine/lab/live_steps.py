@@ -250,7 +250,7 @@ def checks_markdown(
         runs = len(c["ratios"])
         b, a = names.get(c["b"], c["b"]), names.get(c["a"], c["a"])
         if "over_metric" in c:  # two figures of the page's headline, maybe of one setting
-            b, a = f"{b}: {c['metric']}", f"{a}: {c['over_metric']}"
+            b, a = f"{b}: {_metric(c['metric'], lang)}", f"{a}: {_metric(c['over_metric'], lang)}"
         if lang == "pt-BR":
             held = f"{runs} execuções; limite {bound}; manteve: {'sim' if c['ok'] else 'não'}"
         else:
@@ -299,6 +299,12 @@ WORDS = {
         "none": "ainda não medido: `python -m engine.lesson {n} --live --save`",
     },
 }
+
+
+def _metric(key: str, lang: str) -> str:
+    """A headline metric as the claim names it (English) or as ``lang``'s table head names it."""
+    names = dict(zip((k for k, *_ in COLUMNS), WORDS[lang]["head"][1:], strict=True))
+    return key if lang == "en" else names.get(key, key)
 
 
 def _cell(v: float | None, scale: float, decimals: int, unit: str, lang: str) -> str:
