@@ -21,6 +21,12 @@ if "lang" not in state.url():
     # a session's first run without ?lang=: the browser's own language (the switch stays)
     state.put("lang", i18n.from_locale(st.context.locale))
 w = i18n.words(state.get("lang"))
+if state.get("src") != "rec":  # an engine Fluxo only watches (engine/observe): say so on every page
+    from app import observed, ui
+
+    line = observed.banner(ui.client().state, state.get("lang"))
+    if line:
+        st.info(line, icon=":material/visibility:")
 # Not "pages/": Streamlit would also auto-discover that folder as a legacy multipage app, and a
 # direct link such as /lessons would open the page outside this entry (no wide layout, odd menu).
 HERE = Path(__file__).parent / "views"

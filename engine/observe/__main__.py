@@ -14,6 +14,7 @@ import argparse
 import logging
 import shlex
 import sys
+import threading
 from pathlib import Path
 
 from engine.observe import launch
@@ -36,7 +37,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--observer", default=DEFAULT_OBSERVER, help="ZMQ endpoint the sidecar binds")
     p.add_argument("--vllm-port", type=int, default=8000, help="with --start-vllm: vLLM's port")
     p.add_argument("--data-parallel-size", type=int, default=1, help="vLLM's data-parallel ranks")
-    p.add_argument("--max-num-seqs", type=int, default=8, help="with --start-vllm")
+    p.add_argument("--max-num-seqs", type=int, default=8, help="vLLM's --max-num-seqs")
     p.add_argument("--page-port", type=int, action="append", help="the page's port (8501)")
     p.add_argument("--capture", type=Path, help="append the observer's records (JSON lines)")
     return p.parse_args(argv)
@@ -45,7 +46,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    kw = {"dp": args.data_parallel_size, "max_num_seqs": args.max_num_seqs}
+    page_ports = tuple(args.page_port or [8501])
+    kw = dict(dp=args.data_parallel_size, max_num_seqs=args.max_num_seqs, page_ports=page_ports)
     if args.print_vllm_command:
         cmd = launch.vllm_command(args.vllm_port, **kw)
         env = f"FLUXO_OBSERVER_ADDR={args.observer} HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=2"
@@ -61,14 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         about = launch.info(url)
         engine = ObservedEngine(
             args.observer, about["max_model_len"], dp=args.data_parallel_size,
-            capture=args.capture,
+            capture=args.capture, max_num_seqs=args.max_num_seqs,
         )  # fmt: skip
-        origins = Origins.build(args.host, args.page_port or [8501])
+        origins = Origins.build(args.host, page_ports)
         server = ObservedServer(
             engine, url, about["version"], host=args.host, port=args.port,
             token=args.token, model_name=about["model"], origins=origins,
         )  # fmt: skip
         print(f"vLLM {about['version']} observed on ws://{args.host}:{args.port}", flush=True)
+        threading.Thread(target=_probe, args=(engine, url, about["model"]), daemon=True).start()
         from engine.serve import _serve
 
         _serve(server)
@@ -79,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         if proc is not None:
             launch.stop(proc)
     return 0
+
+
+def _probe(engine: ObservedEngine, url: str, model: str) -> None:
+    """Once the sidecar listens: one token per rank, so vLLM's limits are known at once."""
+    if engine.bound.wait(30):
+        try:
+            launch.probe(url, model, n=engine.dp)
+        except OSError as exc:
+            logging.getLogger("fluxo.observe").warning("vLLM's limits wait for traffic: %s", exc)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from engine.core.errors import FluxoError
@@ -61,7 +62,16 @@ def scheduler_cls() -> str:
     return f"{OBSERVER}.{'ObservedAsyncScheduler' if gpu else 'ObservedScheduler'}"
 
 
-def vllm_command(port: int, dp: int = 1, max_num_seqs: int = 8, extra: tuple = ()) -> list[str]:
+def page_origins(page_ports: tuple[int, ...]) -> str:
+    """The lab page's origins on this machine, as vLLM's ``--allowed-origins`` (JSON): the page's
+    chat box posts to vLLM's OpenAI API from there (its CORS lets no origin in by default)."""
+    hosts = ("127.0.0.1", "localhost")
+    return json.dumps([f"http://{h}:{p}" for p in page_ports for h in hosts])
+
+
+def vllm_command(
+    port: int, dp: int = 1, max_num_seqs: int = 8, page_ports: tuple = (8501,), extra: tuple = ()
+) -> list[str]:
     return [
         str(vllm_python()),
         "-m",
@@ -80,6 +90,8 @@ def vllm_command(port: int, dp: int = 1, max_num_seqs: int = 8, extra: tuple = (
         str(port),
         "--scheduler-cls",
         scheduler_cls(),
+        "--allowed-origins",
+        page_origins(page_ports),
         *(["--data-parallel-size", str(dp)] if dp > 1 else []),
         *extra,
     ]
@@ -137,6 +149,22 @@ def info(url: str) -> dict:
     model = get_json(url + "/v1/models")["data"][0]
     version = get_json(url + "/version").get("version", "?")
     return {"version": version, "model": model["id"], "max_model_len": model["max_model_len"]}
+
+
+def probe(url: str, model: str, n: int = 1) -> None:
+    """``n`` one-token chats at once (one for each data-parallel rank, as vLLM's front end spreads
+    them): the observer's first records then carry vLLM's limits (slots, chunk budget, KV blocks)
+    before a page asks for them."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    headers = {"Content-Type": "application/json"}
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), headers)
+
+    def one(_: int) -> None:
+        with urllib.request.urlopen(req, timeout=120) as r:  # noqa: S310 - the local vLLM
+            r.read()
+
+    with ThreadPoolExecutor(n) as pool:
+        list(pool.map(one, range(n)))
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 20.0) -> None:

@@ -35,19 +35,28 @@ class ObservedServer(Server):
         self.http_url = vllm_url.rstrip("/")  # chats go to vLLM's own OpenAI API
         self.vllm_version = vllm_version
 
+    @property
+    def loopback(self) -> bool:
+        """Nobody presents without the token, not even this machine: nothing here drives vLLM,
+        so the page shows every client the viewer's page (controls folded, greyed)."""
+        return False
+
     def state(self, conn: Connection | None = None) -> dict[str, Any]:
         engine: ObservedEngine = self.engine  # type: ignore[assignment]
         state = super().state(conn)
+        state["config"] = engine.config.live()  # vLLM's limits as its records give them
         state["observed"] = {
             "engine": "vllm",
             "version": self.vllm_version,
             "read_only": True,
             "tier": TIER,
             "ranks": sorted(engine.ranks),
+            "data_parallel_size": engine.dp,
             "received": engine.received,
             "missed": engine.translator.missed,
             "refused": engine.refused,
             "http_url": self.http_url,
+            "model": self.model_name,  # the name its OpenAI API serves the model under
         }
         return state
 

@@ -70,6 +70,7 @@ class ObservedEngine:
         runner: str = "sync",
         dp: int = 1,
         capture: Path | None = None,
+        max_num_seqs: int = 0,
     ) -> None:
         self.addr = addr
         self.dp = dp  # data-parallel ranks vLLM was started with: lanes for each from the start
@@ -79,6 +80,7 @@ class ObservedEngine:
         self.telemetry = ObservedTelemetry(max_steps=MAX_STEPS)
         self.config = ObservedConfig(max_model_len=max_model_len, runner=runner)
         self.config.max_new_tokens_limit = max_model_len
+        self.config.max_slots = max_num_seqs * dp  # as declared; the first record says for sure
         self.received = 0
         self.refused = 0  # records the sidecar could not read (another wire version, bad JSON)
         self.ranks: set[int] = set()
@@ -167,4 +169,6 @@ class ObservedEngine:
         limits = wire["limits"]
         self.config.max_slots = limits["max_num_seqs"] * max(self.dp, len(self.ranks))
         self.config.chunk_budget = limits["max_num_batched_tokens"]
-        self.config.kv_blocks = self.kv_usage()["blocks_total"]
+        # every rank has a pool of the same size: counted for all ranks before each has spoken
+        per_rank = max(k["blocks_total"] for k in self.translator.kv.values())
+        self.config.kv_blocks = per_rank * max(self.dp, len(self.ranks))

@@ -37,6 +37,7 @@ class Translator:
         self.missed = 0  # records lost between observer and sidecar (seq gaps), all ranks
         self.kv: dict[int, KVRecord] = {}  # rank -> its latest KV use
         self.width = 0  # max_num_seqs: lanes per rank
+        self.stored: dict[str, int] = {}  # request name -> tokens its KV blocks hold
 
     def _id(self, name: str) -> int:
         if name not in self.ids:
@@ -64,6 +65,8 @@ class Translator:
         self._arrivals(wire, t0)
         admitted = [n for n, _, _ in wire["sched"] if n not in self.lanes.get(rank, {})]
         slots = self._slots(wire, rank)
+        # as vLLM's block counts: at schedule time, before this step's ends free their blocks
+        stored = sum(self.stored.get(n, 0) for n in self.lanes.get(rank, {}))
         ended = self._ended(wire, rank, t0, t3)
         self.step += 1
         kv = wire["kv"]
@@ -72,6 +75,7 @@ class Translator:
             "blocks_used": kv["used"],
             "blocks_shared": kv["shared"],
             "tokens_allocated": kv["used"] * wire["limits"]["block_size"],
+            "tokens_stored": stored,
         }
         cached = {self.ids[n]: v["cached"] for n, v in wire["new"].items() if v["cached"]}
         record: StepRecord = {
@@ -105,6 +109,7 @@ class Translator:
             rec = self.requests.setdefault(self._id(name), _request(self.ids[name], t0))
             rec["prompt_tokens"] = info["prompt"]
             rec["cached_tokens"] += info["cached"]
+            self.stored[name] = info["cached"]  # its prefix hits: KV it holds before computing
 
     def _slots(self, wire: dict, rank: int) -> list[SlotRecord]:
         t0, t3 = (x - self.epoch for x in (wire["t"][0], wire["t"][3]))
@@ -116,6 +121,7 @@ class Translator:
                 rec["admitted"] = t0
             if phase == "prefill":
                 rec["computed_prompt_tokens"] += n
+            self.stored[name] = self.stored.get(name, 0) + n
             by_lane[lane] = {"slot": lane, "request": rid, "phase": phase, "tokens": n}
         for name, k in wire["out"].items():
             rec = self.requests[self._id(name)]
@@ -135,6 +141,7 @@ class Translator:
         held = self.lanes.get(rank, {})
         for name in wire["preempted"]:
             held.pop(name, None)
+            self.stored.pop(name, None)  # its blocks were freed: recomputed when it returns
             if name in self.ids:
                 self.requests[self.ids[name]]["preemptions"] += 1
         ended = []
@@ -142,6 +149,7 @@ class Translator:
         gone += [(n, "cancelled", t0) for n in wire["aborted"]]
         for name, status, t in gone:
             held.pop(name, None)
+            self.stored.pop(name, None)
             rec = self.requests.pop(self.ids.get(name, -1), None)
             if rec is not None:
                 rec.update(finished=t, status=status)

@@ -80,6 +80,17 @@ def test_tokens_and_times_agree_with_the_records(wire):
     assert sum(s["cached_tokens"] for s in steps) == sum(r["cached_tokens"] for r in ended) > 0
 
 
+def test_kv_tokens_stored_follow_the_requests_that_hold_blocks(wire):
+    _, steps, _ = translate(wire)
+    block = wire[0]["limits"]["block_size"]
+    for step in steps:
+        kv = step["kv"]
+        held = [s for s in step["slots"] if s["request"] is not None]
+        assert kv["tokens_stored"] > 0 if held else kv["tokens_stored"] == 0
+        if not kv["blocks_shared"]:  # each sequence's tokens in its own blocks
+            assert kv["tokens_stored"] <= kv["tokens_allocated"] == kv["blocks_used"] * block
+
+
 def test_a_gap_in_the_records_is_counted_and_said(wire):
     tr = Translator(epoch=wire[0]["t"][0])
     tr.feed(copy.deepcopy(wire[0]))
