@@ -80,6 +80,9 @@ class Limits:
         }
 
 
+EXPORT = '{"type":"export"'  # never in the unread bytes: 5 min of a class made one past 32 MB
+
+
 @dataclass(slots=True, eq=False)
 class Connection:
     id: str
@@ -117,7 +120,8 @@ class Connection:
         if self.closed:
             return
         self.out.append(text)
-        self.out_bytes += len(text)
+        if not text.startswith(EXPORT):  # an export is one shared copy, one unread at a time
+            self.out_bytes += len(text)
         self.wake.set()
         budget = self.limits.max_outbox_bytes * (8 if self.presenter else 1)
         if len(self.out) > self.limits.max_outbox or self.out_bytes > budget:
@@ -162,9 +166,10 @@ class Connection:
             while self.out or self.latest or self.tele:
                 if self.out:
                     text = self.out.popleft()
-                    self.out_bytes -= len(text)
-                    if text.startswith('{"type":"export"'):
+                    if text.startswith(EXPORT):
                         self.export_pending = False
+                    else:
+                        self.out_bytes -= len(text)
                 elif self.latest:
                     text = self.latest.pop(next(iter(self.latest)))
                 else:

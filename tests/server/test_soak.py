@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from servers import free_port, start_engine, stop
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 SECONDS = float(os.environ.get("FLUXO_SOAK_S", "30"))
 MODEL = os.environ.get("FLUXO_SOAK_MODEL", "tiny")
@@ -133,40 +134,48 @@ async def _honest(url: str, i: int, t: Tally, end: float) -> None:
 
 
 async def _hostile(url: str, kind: str, i: int, t: Tally, end: float) -> None:
+    """One hostile student; closed for abuse, it comes back on a new socket, as a script would
+    (the ones it loses meanwhile are its own)."""
     source = f"127.0.0.{2 + i}"
-    c = await student(url, source)
-    n = 0
+    c, n = None, 0
     while time.monotonic() < end:
         n += 1
-        if kind == "flood":
-            for _ in range(200):
-                await c.send({"type": "subscribe", "history": 0})
-        elif kind == "garbage":
-            for _ in range(100):
-                await c.send("{not json")
-        elif kind == "oversize":
-            await c.send(json.dumps({"type": "chat", "prompt": "x" * 70_000}))
-        elif kind == "sockets":
-            extra = []
-            for _ in range(20):  # over the 16 an address may hold: refused, never a crash
-                try:
-                    extra.append(await student(url, source))
-                except Exception:  # noqa: BLE001 - refused, as it should be
-                    break
-            for s in extra:
-                await s.ws.close()
-        elif kind == "greedy":  # 6 at once, over its 4 open: 2 refused with a code
-            await _greedy(c, t, n)
-        else:  # a chat cut off at its first token, then the socket closed
-            await _chat(c, t, f"q{n}", 64, quit_early=True)
-            await c.ws.close()
-            c = await student(url, source)
         try:
+            c = c or await student(url, source)
+            c = await _attack(url, kind, c, source, t, n)
             await c.drain(0.2)
-        except Exception:  # noqa: BLE001 - the abuse line closed it: come back, as a student would
-            c = await student(url, source)
+        except (ConnectionClosed, TimeoutError, AssertionError):
+            c = None  # the abuse line closed it
         await asyncio.sleep(0.5)
-    await c.ws.close()
+    if c is not None:
+        await c.ws.close()
+
+
+async def _attack(url: str, kind: str, c: Student, source: str, t: Tally, n: int) -> Student:
+    if kind == "flood":
+        for _ in range(200):
+            await c.send({"type": "subscribe", "history": 0})
+    elif kind == "garbage":
+        for _ in range(100):
+            await c.send("{not json")
+    elif kind == "oversize":
+        await c.send(json.dumps({"type": "chat", "prompt": "x" * 70_000}))
+    elif kind == "sockets":
+        extra = []
+        for _ in range(20):  # over the 16 an address may hold: refused, never a crash
+            try:
+                extra.append(await student(url, source))
+            except (ConnectionClosed, AssertionError, TimeoutError):
+                break
+        for s in extra:
+            await s.ws.close()
+    elif kind == "greedy":  # 6 at once, over its 4 open: 2 refused with a code
+        await _greedy(c, t, n)
+    else:  # a chat cut off at its first token, then the socket closed
+        await _chat(c, t, f"q{n}", 64, quit_early=True)
+        await c.ws.close()
+        c = await student(url, source)
+    return c
 
 
 async def _greedy(c: Student, t: Tally, n: int) -> None:
