@@ -152,12 +152,15 @@ def live(
     names: Sequence[str] = ORDER,
     presenter: bool = False,
     engine: dict | None = None,
+    stall_max_ms: float | None = None,
 ) -> None:
     """Chat, headline metrics and the four live charts, fed by the browser's own connection;
     ``presenter``: this session presents, so the view shows the loaded policies' refused
     decisions (``fluxo-policy.js``) and reruns the page when the engine's configuration or traffic
-    differs from ``engine`` (what the page's widgets show: ``{"config": ..., "traffic": ...}``)."""
-    specs = _specs(names, lang, projector, slots=slots, **_heights(names, projector))
+    differs from ``engine`` (what the page's widgets show: ``{"config": ..., "traffic": ...}``);
+    ``stall_max_ms``: the stall chart's fixed time axis (none: it follows the data)."""
+    heights = _heights(names, projector)
+    specs = _specs(names, lang, projector, slots=slots, stall_max_ms=stall_max_ms, **heights)
     _component(
         mode="live",
         specs=specs,

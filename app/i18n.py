@@ -90,6 +90,9 @@ def metric(name: str, value: Any, lang: str) -> str:
     scale, digits, unit = UNITS.get(name, (1, 3, ""))
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = value * scale
+        # from 1,000 ms on, seconds with one decimal: "3,7 s" (a class read "3.723 ms" as 3 ms)
+        if unit == " ms" and abs(value) >= 999.5:
+            return num(value / 1000, 1, lang, " s")
     return num(value, digits, lang, unit)
 
 
@@ -104,6 +107,11 @@ def settings(config: dict[str, Any], lang: str) -> str:
         "policy": w["policy"],
         "runner": w["runner"],
         "prefix_cache": w["prefix_cache"],
+        "weights": w["roof_weights"],
+        "fill_timeout_s": w["set_fill_timeout"],
+        "host_work_ms": w["set_host_work"],
+        "block_size": w["set_block_size"],
+        "model": w["set_model"],
     }
     skip = ("device", "threads", "dtype")
     return (

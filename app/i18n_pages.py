@@ -19,6 +19,19 @@ PAGES: dict[str, tuple[str, str]] = {
     "over_page": ("over the page's recent steps", "nos passos recentes da página"),
     "over_run": ("over the whole recorded run", "sobre a execução gravada inteira"),
     # Live
+    "stall_scale": ("stall chart's time axis, up to", "eixo de tempo do gráfico de engasgos, até"),
+    "stall_auto": ("follows the data", "segue os dados"),
+    "stall_help": (
+        "Fixed, a drop looks like a drop: switching chunked prefill on takes the spikes from "
+        "seconds to tens of ms, and an axis that follows the data rescales instead.",
+        "Fixo, uma queda parece uma queda: ligar o prefill em pedaços leva os picos de segundos "
+        "a dezenas de ms, e um eixo que segue os dados só muda de escala.",
+    ),
+    "controls_fold": ("Modes and traffic", "Modos e tráfego"),
+    "controls_fold_viewer": (
+        "Modes and traffic (the presenter's controls)",
+        "Modos e tráfego (os controles de quem apresenta)",
+    ),
     "live_title": ("Live", "Ao vivo"),
     "live_caption": (
         "A real continuous-batching engine (SmolLM2-135M on this machine's CPU). Every bar below "
@@ -180,6 +193,11 @@ PAGES: dict[str, tuple[str, str]] = {
         "até ela terminar.",
     ),
     "cmp_what": ("what to compare", "o que comparar"),
+    # a configuration's other settings, as Compare and Lessons name them (app/i18n.py settings)
+    "set_fill_timeout": ("batch wait (s)", "espera do lote (s)"),
+    "set_host_work": ("host work (ms)", "trabalho de host (ms)"),
+    "set_block_size": ("block size", "tamanho do bloco"),
+    "set_model": ("model", "modelo"),
     "cmp_scale": ("workload scale", "escala da carga"),
     "cmp_scale_help": (
         "Fewer requests run faster on a CPU; 1.0 is the benchmark's full workload.",

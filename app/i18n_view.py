@@ -43,6 +43,21 @@ VIEW: dict[str, tuple[str, str]] = {
     "v_queued": ("queued, position {n}", "na fila, posição {n}"),
     "v_request": ("request", "requisição"),
     "v_tokens": ("tokens", "tokens"),
+    # a chat's status line
+    "v_st_sent": ("sent", "enviada"),
+    "v_st_accepted": ("accepted", "aceita"),
+    "v_st_queued": ("queued", "na fila"),
+    "v_st_streaming": ("streaming", "gerando"),
+    "v_st_finished": ("finished", "terminada"),
+    "v_st_cancelled": ("cancelled", "cancelada"),
+    "v_st_error": ("error", "erro"),
+    "v_age": ("{ms} ms old at render", "desenhado {ms} ms depois do passo"),
+    "v_foot": (
+        "{n} steps buffered · {r} received, {s} skipped by the server · {k} renders (last {ms} "
+        "ms, {c} rows changed)",
+        "{n} passos guardados · {r} recebidos, {s} pulados pelo servidor · {k} desenhos (último "
+        "{ms} ms, {c} linhas mudadas)",
+    ),
     "v_not_connected": ("not connected to the engine", "sem conexão com o motor"),
     # keys (help overlay)
     "k_title": ("Presenter keys", "Teclas de apresentação"),

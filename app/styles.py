@@ -12,6 +12,14 @@ h3, h3 * { font-size: 1.4rem !important; font-weight: 600 !important; }
 [data-testid="stMetricValue"], [data-testid="stMetricValue"] * \
 { font-size: 2.1rem !important; font-weight: 600; }
 [data-testid="stMetricLabel"], [data-testid="stMetricLabel"] * { font-size: 1.1rem !important; }
+/* A button's label wraps between words rather than being cut ("Run the pre-class check" in a
+   third of a 1366 px projector read "Run the pre-c…"); a word is never broken. */
+[data-testid^="stBaseButton"] { height: auto; }
+[data-testid^="stBaseButton"] div, [data-testid^="stBaseButton"] p \
+{ white-space: normal !important; overflow: visible !important; text-overflow: clip !important; \
+word-break: keep-all; overflow-wrap: normal; }
+/* A text's table wraps its headings between words instead of scrolling a column out of view. */
+[data-testid="stMarkdownContainer"] th { white-space: normal; word-break: keep-all; }
 .fluxo-legend span { display: inline-block; padding: 2px 10px; margin-right: 6px; \
 border-radius: 4px; color: white; font-weight: 600; }
 </style>

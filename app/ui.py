@@ -409,41 +409,45 @@ def exports(c: EngineClient, key: str, presenter: bool) -> None:
     Chrome trace (open it in ui.perfetto.dev). Charts: each chart's ⋯ menu saves PNG or SVG. On a
     page beyond loopback, the presenter's alone (``may_share_files``)."""
     w = words()
-    cols = st.columns([1, 1, 2])
     allowed = may_share_files(presenter)
+    # one row, each button at its label's width ("Preparar exportação da telemetria" was cut in a
+    # quarter of the page at 1366 px)
+    with st.container(horizontal=True, key=f"{key}_exports"):
+        if st.button(w["export_prep"], key=f"{key}_prep", disabled=not allowed) and allowed:
+            st.session_state[f"{key}_export"] = _export_data(c)
+        data = st.session_state.get(f"{key}_export") if allowed else None
+        if data:
+            st.download_button(
+                w["export_jsonl"],
+                data["jsonl"],
+                "fluxo-telemetry.jsonl",
+                "application/jsonl",
+                key=f"{key}_jl",
+                icon=":material/download:",
+            )
+            st.download_button(
+                w["export_chrome"],
+                data["chrome"],
+                "fluxo-trace.json",
+                "application/json",
+                key=f"{key}_ct",
+                icon=":material/download:",
+            )
     if not allowed:
-        cols[2].caption(SHARED_ONLY.get(state.get("lang"), SHARED_ONLY["en"]))
-    if cols[0].button(w["export_prep"], key=f"{key}_prep", disabled=not allowed) and allowed:
-        data = {}
-        for fmt in ("jsonl", "chrome"):
-            answer = send(c, "export", timeout=30, format=fmt)
-            if answer is not None:
-                data[fmt] = (
-                    answer["data"]
-                    if isinstance(answer["data"], str)
-                    else json.dumps(answer["data"])
-                )
-        if len(data) < 2:
-            snap = c.snapshot()
-            jsonl, trace = local_exports(snap.steps, snap.requests)
-            data = {"jsonl": jsonl, "chrome": json.dumps(trace)}
-        st.session_state[f"{key}_export"] = data
-    data = st.session_state.get(f"{key}_export") if allowed else None
-    if data:
-        cols[1].download_button(
-            w["export_jsonl"],
-            data["jsonl"],
-            "fluxo-telemetry.jsonl",
-            "application/jsonl",
-            key=f"{key}_jl",
-            icon=":material/download:",
-        )
-        cols[1].download_button(
-            w["export_chrome"],
-            data["chrome"],
-            "fluxo-trace.json",
-            "application/json",
-            key=f"{key}_ct",
-            icon=":material/download:",
-        )
-    cols[2].caption(w["export_note"])
+        st.caption(SHARED_ONLY.get(state.get("lang"), SHARED_ONLY["en"]))
+    st.caption(w["export_note"])
+
+
+def _export_data(c: EngineClient) -> dict[str, str]:
+    """The engine's exports, or the page's own buffer's when the engine's are not available."""
+    data = {}
+    for fmt in ("jsonl", "chrome"):
+        answer = send(c, "export", timeout=30, format=fmt)
+        if answer is not None:
+            got = answer["data"]
+            data[fmt] = got if isinstance(got, str) else json.dumps(got)
+    if len(data) < 2:
+        snap = c.snapshot()
+        jsonl, trace = local_exports(snap.steps, snap.requests)
+        data = {"jsonl": jsonl, "chrome": json.dumps(trace)}
+    return data

@@ -59,7 +59,10 @@ FONT = 16  # readable from the back of a classroom
 
 
 # Steps are whole numbers: integer ticks, never "1,0 2,0" (pt-BR) or "1.5".
-STEP_AXIS = {"format": "d", "tickMinStep": 1}
+# Step numbers grow to five digits in a lesson: at most ~6 ticks, and a label that would touch
+# its neighbour is dropped (lesson 3's queue chart read "2086020880…" before).
+STEP_AXIS = {"format": "d", "tickMinStep": 1, "tickCount": 6, "labelOverlap": "greedy"}
+STEP_AXIS |= {"labelSeparation": 8}
 
 
 def color_scale(colors: dict[str, str], domain: Sequence[str]) -> dict:

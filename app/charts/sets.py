@@ -32,8 +32,10 @@ def named_charts(
     lane_height: int = 230,
     with_overview: bool = True,
     slot_title: str = "Slot occupancy",
+    stall_max_ms: float | None = None,
 ) -> dict[str, dict]:
-    """The four charts with named datasets and no rows: what the browser view creates once."""
+    """The four charts with named datasets and no rows: what the browser view creates once
+    (``stall_max_ms``: the stall chart's fixed time axis, none: it follows the data)."""
     return {
         "slots": slot_chart(
             [],
@@ -43,7 +45,7 @@ def named_charts(
             with_overview=with_overview,
             title=slot_title,
         ),
-        "stalls": stall_chart([], named=True, height=stall_height),
+        "stalls": stall_chart([], named=True, height=stall_height, y_max_ms=stall_max_ms),
         "kv": kv_chart([], named=True, height=kv_height),
         "lanes": lane_chart([], named=True, height=lane_height),
     }

@@ -192,13 +192,16 @@ def _series_channel(channel: dict, values: list) -> dict:
     }
 
 
-def _lines_layer(rows, named: bool, x: dict) -> dict:
+def _lines_layer(rows, named: bool, x: dict, y_max_ms: float | None = None) -> dict:
+    y = {"field": "ms", "type": "quantitative", "title": "ms (ITL, step time)"}
+    if y_max_ms:  # a fixed scale: a drop from 3,000 to 80 ms looks like one
+        y["scale"] = {"domain": [0, y_max_ms], "clamp": True}
     return {
         "data": dataset(None if named else stall_lines(rows), "itl_lines", named),
         "mark": {"type": "line", "strokeWidth": 2.5, "point": {"size": 18}},
         "encoding": {
             "x": x,
-            "y": {"field": "ms", "type": "quantitative", "title": "ms (ITL, step time)"},
+            "y": y,
             "color": _series_channel({"title": None}, ["#1C7ED6", "#C92A2A", "#343A40", "#868E96"]),
             "strokeDash": _series_channel({"legend": None}, [[1, 0], [1, 0], [1, 0], [6, 4]]),
             "tooltip": tooltip("step:Q", "series:N", "ms:Q"),
@@ -234,11 +237,13 @@ def stall_chart(
     height: int = 300,
     title: str = "Admission stalls",
     named: bool = False,
+    y_max_ms: float | None = None,
 ) -> dict:
     """ITL of running requests per step (median and max) and the step's measured duration against
     the duration expected for its work; prefill tokens of the step as bars on their own axis; a
     rule on every step that admitted a request, a purple band on every step the machine slowed.
-    ``named``: datasets ``prefill``, ``admissions``, ``machine``, ``itl_lines``."""
+    ``named``: datasets ``prefill``, ``admissions``, ``machine``, ``itl_lines``; ``y_max_ms``: a
+    fixed time axis from 0 to it (else it follows the data)."""
     rows: list[Record] = []
     x = step_x(step_scale())
     if not named:
@@ -252,7 +257,7 @@ def stall_chart(
         f"purple band: slowed by the machine (over {SLOW_FACTOR:g}x its expected time, "
         "nothing admitted)",
     ]
-    lines = [rule, _machine_layer(rows, named, x), _lines_layer(rows, named, x), point]
+    lines = [rule, _machine_layer(rows, named, x), _lines_layer(rows, named, x, y_max_ms), point]
     return spec(
         {
             "title": {"text": title, "subtitle": subtitle},

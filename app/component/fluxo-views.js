@@ -179,14 +179,14 @@
     const off = S.state.wall_offset;
     el.dataset.step = String(last.step);
     el.dataset.tEnd = off === undefined ? "" : (last.t_end + off).toFixed(4);
-    const age = off === undefined ? "" : ` · ${Math.round(Date.now() - 1000 * (last.t_end + off))} ms old at render`;
+    const age = off === undefined ? "" : " · " + w("v_age", {ms: Math.round(Date.now() - 1000 * (last.t_end + off))});
     // Every field escaped: a recording (or a crafted render) may hold anything in any field.
     el.innerHTML = `${esc(w("v_step"))} <b>${esc(last.step)}</b> · ${esc(last.policy)} · ${esc(last.runner)} · ` +
       `${esc(w("v_queue"))} ${esc(last.queue_len)}` +
       (S.mode === "live" ? esc(age) : "");
     if (S.mode === "live") {
-      $("fluxo-foot").textContent = `${S.buffer.length} steps buffered · ${S.received} received, ${S.skipped} skipped ` +
-        `by the server · ${S.renders} renders (last ${S.renderMs.toFixed(0)} ms, ${S.changed} rows changed)`;
+      $("fluxo-foot").textContent = w("v_foot", {n: S.buffer.length, r: S.received, s: S.skipped, k: S.renders,
+        ms: S.renderMs.toFixed(0), c: S.changed});
     }
   }
 })();

@@ -134,9 +134,12 @@
   }
   S.esc = esc;
 
-  /* A number in the page's language: ``v * scale`` with ``digits`` decimals, then ``unit``. */
+  /* A number in the page's language: ``v * scale`` with ``digits`` decimals, then ``unit``; a
+   * time of 1,000 ms or more in seconds with one decimal ("3,7 s": "3.723 ms" read as 3 ms), as
+   * app/i18n.py's ``metric``. */
   function fmt(v, unit, scale, digits) {
     if (v === null || v === undefined || Number.isNaN(v)) return "—";
+    if (unit === " ms" && Math.abs(v * scale) >= 999.5) return fmt(v * scale / 1000, " s", 1, 1);
     const text = (v * scale).toLocaleString(S.args && S.args.lang === "pt-BR" ? "pt-BR" : "en-US",
       {minimumFractionDigits: digits, maximumFractionDigits: digits});
     return text + unit;

@@ -1,11 +1,14 @@
 """Compare: the same workload replayed under two configurations, side by side, with measured
 ratios; or a lesson's recorded comparison, played side by side with no engine."""
 
+import tomllib
+
 import pandas as pd
 import streamlit as st
 
 from app import browser_view, i18n, state, ui
 from engine.workloads import trace
+from engine.workloads.lessons import compares, lesson_dirs
 
 ctx = ui.page_setup("cmp_title", "cmp_caption")
 w, lang = ctx.w, ctx.lang
@@ -31,6 +34,20 @@ PRESETS = {
     "reserved vs paged": ("memory", {"kv_layout": "reserved"}, {"kv_layout": "paged"}),
     "sync vs async": ("overlap", {"runner": "sync"}, {"runner": "async"}),
 }
+
+
+SCALES = tuple(round(0.05 * i, 2) for i in range(1, 21))  # 0,05 ... 1,00 (decimal comma in pt)
+
+
+def lesson_scale(workload: str) -> float:
+    """The scale the lessons run a preset's workload at (the walkthrough: 0.25 here while lesson
+    2 says 0,5, so the page's numbers differed from the lesson's)."""
+    for folder in lesson_dirs():
+        scenario = tomllib.loads((folder / "scenario.toml").read_text())
+        for cmp_ in compares(scenario):
+            if cmp_.get("workload") == workload and cmp_.get("scale") in SCALES:
+                return cmp_["scale"]
+    return 0.5
 
 
 SCORE_KEYS = (*trace.SCORE_RATIO_KEYS, "policy_errors", "steps")  # the scorer's, and two counts
@@ -84,13 +101,12 @@ def run_trace(c, presenter: bool) -> dict | None:
         key="cmp_pb",
         disabled=not presenter,
     )
-    scale = t4.slider(
+    scale = t4.select_slider(
         w["cmp_scale"],
-        0.05,
-        1.0,
+        SCALES,
         0.25,
-        0.05,
         key="cmp_tscale",
+        format_func=lambda x: i18n.num(x, 2, lang),
         disabled=not presenter,
         help=w["cmp_scale_help"],
     )
@@ -106,17 +122,18 @@ def run_presets(presenter: bool) -> dict | None:
     preset = p1.radio(
         w["cmp_what"], list(PRESETS), horizontal=True, key="cmp_preset", disabled=not presenter
     )
-    scale = p2.slider(
+    workload, a_cfg, b_cfg = PRESETS[preset]
+    if st.session_state.get("_cmp_scale_of") != preset:  # a preset opens at its lesson's scale
+        st.session_state["_cmp_scale_of"] = preset
+        st.session_state["cmp_scale"] = lesson_scale(workload)
+    scale = p2.select_slider(
         w["cmp_scale"],
-        0.05,
-        1.0,
-        0.25,
-        0.05,
+        SCALES,
         key="cmp_scale",
+        format_func=lambda x: i18n.num(x, 2, lang),
         disabled=not presenter,
         help=w["cmp_scale_help"],
     )
-    workload, a_cfg, b_cfg = PRESETS[preset]
     st.caption(
         w["cmp_line"].format(w=workload, a=i18n.settings(a_cfg, lang), b=i18n.settings(b_cfg, lang))
     )

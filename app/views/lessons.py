@@ -10,69 +10,9 @@ from pathlib import Path
 import streamlit as st
 
 from app import i18n, preflight, recording, roofline_chart, state, ui
+from app.i18n_lessons import WORDS
 from engine.workloads.lessons import LESSONS_DIR, as_shown, compares, lesson_dirs
 
-# Every word this page shows, in both languages (the lesson texts name these exact labels).
-WORDS = {
-    "en": {
-        "title": "Lessons",
-        "title_key": "Lessons",
-        "caption": "Each lesson sets up a scenario on the live engine and says what to watch.",
-        "none": "No lessons found in `{path}` yet.",
-        "lesson": "lesson",
-        "scenario": "Scenario",
-        "setup": "Set up this scenario",
-        "setup_ok": "Scenario running: open the Live page.",
-        "compare": "Run this lesson's comparison",
-        "compare_help": "Replays the lesson's workload under its two configurations on fresh "
-        "engines; live traffic is held meanwhile.",
-        "compare_wait": "Replaying comparison {i} of {n} on the real engine…",
-        "compare_ok": "Comparison done: the measured ratios are below.",
-        "presenter_only": "Only the presenter sets up scenarios and runs comparisons.",
-        "watch": "What to watch",
-        "results": "This lesson's comparison, as measured now",
-        "teacher": "Teacher's notes (presenter only)",
-        "figure": "The lesson's figure (from its own run: {src})",
-        "no_figure": "No saved run yet for the lesson's figure: "
-        "`python -m engine.lesson {n} --save` draws it here.",
-        "no_text": "(no {lang} text for this lesson)",
-        "cols": ("workload", "A", "B", "metric", "A value", "B value", "B / A", "scale"),
-        "replay": "Replay this lesson's recording",
-        "replay_help": "Its recorded comparison in the Live, Step by "
-        "step and Compare views: no engine, no model.",
-        "simulated": "host_work_ms = {ms:g}: **simulated host work**, {ms:g} ms of host-side "
-        "delay added to every step (a teaching setting, not real work).",
-    },
-    "pt-BR": {
-        "title": "Aulas",
-        "title_key": "Aulas",
-        "caption": "Cada aula prepara um cenário no motor ao vivo e diz o que observar.",
-        "none": "Nenhuma aula em `{path}` ainda.",
-        "lesson": "aula",
-        "scenario": "Cenário",
-        "setup": "Preparar este cenário",
-        "setup_ok": "Cenário rodando: abra a página Ao vivo.",
-        "compare": "Rodar a comparação desta aula",
-        "compare_help": "Repete a carga da aula nas duas configurações, em motores novos; "
-        "o tráfego ao vivo fica suspenso enquanto isso.",
-        "compare_wait": "Repetindo a comparação {i} de {n} no motor real…",
-        "compare_ok": "Comparação concluída: as razões medidas estão abaixo.",
-        "presenter_only": "Só quem apresenta prepara cenários e roda comparações.",
-        "watch": "O que observar",
-        "results": "A comparação desta aula, medida agora",
-        "teacher": "Notas para quem ensina (só para quem apresenta)",
-        "figure": "A figura da aula (da execução da própria aula: {src})",
-        "no_figure": "A figura da aula ainda não tem execução salva: "
-        "`python -m engine.lesson {n} --save` a desenha aqui.",
-        "no_text": "(esta aula ainda não tem texto em {lang})",
-        "cols": ("carga", "A", "B", "métrica", "valor A", "valor B", "B / A", "escala"),
-        "replay": "Reproduzir a gravação desta aula",
-        "replay_help": "A comparação gravada nas visões Ao vivo, "
-        "Passo a passo e Comparar: sem motor, sem modelo.",
-        "simulated": "host_work_ms = {ms:g}: **trabalho de host simulado**, {ms:g} ms de atraso "
-        "do lado do host somados a cada passo (um ajuste didático, não trabalho de verdade).",
-    },
-}
 LANGS = i18n.LANGS
 # A test-only knob: FLUXO_COMPARE_SCALE shrinks every [compare] (the e2e suite runs all of them on
 # the tiny model at 0.25 of their scale, in one action per lesson as a teacher would).
@@ -103,17 +43,18 @@ def run_compares(c, scenario: dict, words: dict) -> list[dict] | None:
     traffic."""
     out = []
     todo = compares(scenario)
+    note = st.empty()  # under the button, at once (a spinner shows only after half a second)
     for i, cmp_ in enumerate(todo, 1):
-        with st.spinner(words["compare_wait"].format(i=i, n=len(todo))):
-            answer = ui.send(
-                c,
-                "compare",
-                timeout=600,
-                workload=cmp_["workload"],
-                a=cmp_.get("a", {}),
-                b=cmp_.get("b", {}),
-                scale=cmp_.get("scale", 1.0) * SCALE,
-            )
+        note.info(words["compare_wait"].format(i=i, n=len(todo)), icon=":material/hourglass_top:")
+        answer = ui.send(
+            c,
+            "compare",
+            timeout=600,
+            workload=cmp_["workload"],
+            a=cmp_.get("a", {}),
+            b=cmp_.get("b", {}),
+            scale=cmp_.get("scale", 1.0) * SCALE,
+        )
         if answer is None:
             return None
         ratio = cmp_.get("ratio", "throughput_b_over_a")
@@ -215,6 +156,76 @@ def _replay(name: str) -> None:
     state.put("at", None)
 
 
+def actions(name: str, scenario: dict) -> None:
+    """The lesson's buttons in one row above the text, each at its label's width (the row wraps
+    on a narrow screen, no label is cut: "Rodar a comparaç…" in a third of 1366 px before), and
+    right under them what they did: the set-up's confirmation, the comparison's progress and its
+    table across the page's whole width (it used to land at the top of the text column, out of
+    sight of the button, its B / A column cut at 1366 px)."""
+    help_ = None if presenter else words["presenter_only"]
+    with st.container(horizontal=True, key="lesson_actions"):
+        setup = st.button(
+            words["setup"],
+            key="lesson_setup",
+            icon=":material/play_arrow:",
+            type="primary",
+            disabled=not presenter,
+            help=help_,
+        )
+        run = compares(scenario) and st.button(
+            words["compare"],
+            key="lesson_compare",
+            icon=":material/compare_arrows:",
+            disabled=not presenter,
+            help=help_ or words["compare_help"],
+        )
+        if name in recording.lesson_recordings() and st.button(
+            words["replay"],
+            key="lesson_replay",
+            icon=":material/replay:",
+            help=words["replay_help"],
+            on_click=_replay,
+            args=(name,),
+        ):
+            st.switch_page("views/live.py")
+    if setup and presenter:
+        if setup_scenario(c, scenario):
+            st.session_state["lesson_ok"] = name
+        st.rerun()
+    if st.session_state.get("lesson_ok") == name:
+        st.success(words["setup_ok"])
+    if run and presenter:
+        results = run_compares(c, scenario, words)  # its spinner shows here, under the button
+        if results is not None:
+            st.session_state["lesson_compare_result"] = {"lesson": name, "results": results}
+        st.rerun()
+    done = st.session_state.get("lesson_compare_result")
+    if done and done["lesson"] == name:
+        compare_table(done["results"])
+
+
+def compare_table(results: list[dict]) -> None:
+    st.success(words["compare_ok"])
+    st.markdown(f"**{words['results']}**")
+    cols, w = words["cols"], ctx.w
+    st.dataframe(
+        [
+            {
+                cols[0]: r["workload"],
+                cols[1]: i18n.settings(r["a"], lang),
+                cols[2]: i18n.settings(r["b"], lang),
+                cols[3]: w.get("k_" + r["metric"], r["metric"]),
+                cols[4]: i18n.metric(r["metric"], r["a_value"], lang),
+                cols[5]: i18n.metric(r["metric"], r["b_value"], lang),
+                cols[6]: i18n.num(r["value"], 2, lang, "×"),
+                cols[7]: i18n.num(r["scale"], 2, lang),
+            }
+            for r in results
+        ],
+        width="stretch",
+    )
+
+
 name = state.widget(
     "lesson",
     "lesson_name",
@@ -224,7 +235,8 @@ name = state.widget(
     format_func=_title,
 )
 folder, scenario = LESSONS_DIR / name, scenarios[name]
-left, right = st.columns([2, 1], gap="large")  # [5, 2] cut its buttons at 1366 px
+actions(name, scenario)
+left, right = st.columns([2, 1], gap="large")
 with right:
     st.markdown(f"**{words['scenario']}**")
     # One line per setting: legible in a narrow column, and the same words as scenario.toml.
@@ -237,47 +249,6 @@ with right:
             words["simulated"].format(ms=scenario["engine"]["host_work_ms"]),
             icon=":material/science:",
         )
-    help_ = None if presenter else words["presenter_only"]
-    if (
-        st.button(
-            words["setup"],
-            key="lesson_setup",
-            icon=":material/play_arrow:",
-            type="primary",
-            disabled=not presenter,
-            help=help_,
-        )
-        and presenter
-    ):
-        if setup_scenario(c, scenario):
-            st.session_state["lesson_ok"] = name
-        st.rerun()
-    if st.session_state.get("lesson_ok") == name:
-        st.success(words["setup_ok"])
-    if (
-        compares(scenario)
-        and st.button(
-            words["compare"],
-            key="lesson_compare",
-            icon=":material/compare_arrows:",
-            disabled=not presenter,
-            help=help_ or words["compare_help"],
-        )
-        and presenter
-    ):
-        results = run_compares(c, scenario, words)
-        if results is not None:
-            st.session_state["lesson_compare_result"] = {"lesson": name, "results": results}
-        st.rerun()
-    if name in recording.lesson_recordings() and st.button(
-        words["replay"],
-        key="lesson_replay",
-        icon=":material/replay:",
-        help=words["replay_help"],
-        on_click=_replay,
-        args=(name,),
-    ):
-        st.switch_page("views/live.py")
     preflight.view(int(scenario["lesson"]["number"]), presenter, lang)
     watch = scenario.get("watch")
     if watch:
@@ -286,28 +257,6 @@ with right:
             watch if isinstance(watch, str) else watch.get(lang if lang in watch else "en", "")
         )
 with left:
-    done = st.session_state.get("lesson_compare_result")
-    if done and done["lesson"] == name:
-        st.success(words["compare_ok"])
-        st.markdown(f"**{words['results']}**")
-        cols = words["cols"]
-        w = ctx.w
-        st.dataframe(
-            [
-                {
-                    cols[0]: r["workload"],
-                    cols[1]: i18n.settings(r["a"], lang),
-                    cols[2]: i18n.settings(r["b"], lang),
-                    cols[3]: w.get("k_" + r["metric"], r["metric"]),
-                    cols[4]: i18n.metric(r["metric"], r["a_value"], lang),
-                    cols[5]: i18n.metric(r["metric"], r["b_value"], lang),
-                    cols[6]: i18n.num(r["value"], 2, lang, "×"),
-                    cols[7]: i18n.num(r["scale"], 2, lang),
-                }
-                for r in done["results"]
-            ],
-            width="stretch",
-        )
     text_path = folder / f"{lang}.md"
     text = text_path.read_text() if text_path.exists() else words["no_text"].format(lang=lang)
     # The roofline figure goes where the text places it (a `<!-- roofline -->` line).

@@ -162,10 +162,12 @@ def traffic_line(traffic: dict | None) -> str:
     return w["traffic_on"].format(rate=rate)
 
 
-def live_view() -> None:
-    c = ctx.c
-    st_ = c.snapshot(steps=0).state
-    if ctx.chart == "all":
+def controls(c, st_: dict) -> None:
+    """Modes | Traffic in a fold: open for the presenter (who may close it to give the charts the
+    first screen), closed for a viewer, whose first screen is the chat and the charts (the
+    walkthrough: a student's first screen was greyed presenter controls, the chat below it)."""
+    label = w["controls_fold"] if ctx.presenter else w["controls_fold_viewer"]
+    with st.expander(label, expanded=ctx.presenter, icon=":material/tune:"):
         left, right = st.columns([1, 1], gap="large")
         with left:
             st.subheader(w["modes"])
@@ -173,9 +175,34 @@ def live_view() -> None:
         with right:
             st.subheader(w["traffic"])
             traffic_controls(c, ctx.presenter, st_.get("traffic"))
+
+
+STALL_SCALES = (None, 100, 300, 1000, 3000, 10000)  # ms; None: the axis follows the data
+
+
+def stall_scale() -> float | None:
+    """The stall chart's time axis, a view option of each viewer's: following the data, or fixed,
+    so that the drop chunked prefill makes (3,000 to 80 ms in lesson 3) looks like a drop
+    rather than a rescaled axis."""
+
+    def read(v: int | None) -> str:
+        return w["stall_auto"] if v is None else i18n.metric("itl_max", v / 1000, lang)
+
+    col = st.columns([2, 3])[0]
+    return col.select_slider(
+        w["stall_scale"], STALL_SCALES, key="stall_scale", format_func=read, help=w["stall_help"]
+    )
+
+
+def live_view() -> None:
+    c = ctx.c
+    st_ = c.snapshot(steps=0).state
+    if ctx.chart == "all" and ctx.presenter:
+        controls(c, st_)
     # Chat, headline metrics and the charts live in the browser: its own connection to the engine,
     # incremental updates of views created once. This script runs again only when a widget changes.
     config, traffic = st_.get("config", {}), st_.get("traffic")
+    stall_max = stall_scale() if "stalls" in ctx.charts else None
     browser_view.live(
         slots=int(config.get("max_slots", 8)),
         held=bool(st_.get("comparing")),
@@ -183,12 +210,15 @@ def live_view() -> None:
         projector=ctx.projector,
         names=ctx.charts,
         presenter=ctx.presenter,
+        stall_max_ms=stall_max,
         # what the widgets show: the view reruns the page when the engine's differs
         engine={
             "config": {k: config[k] for k in ui.LIVE if k in config},
             "traffic": None if not traffic else {f: traffic.get(f) for f in TRAFFIC_FIELDS},
         },
     )
+    if ctx.chart == "all" and not ctx.presenter:
+        controls(c, st_)
     if ctx.chart == "all":
         st.divider()
         ui.exports(c, "live", ctx.presenter)

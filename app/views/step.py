@@ -17,7 +17,10 @@ def engine_controls(c, presenter: bool) -> None:
     """Pause / step once / resume on the live engine."""
     st_ = c.snapshot(steps=0).state
     paused = bool(st_.get("paused"))
-    b1, b2, b3, b4 = st.columns([1, 1, 1, 3])
+    # one row, each button at its label's width (a quarter column cut them to "Pa…", "U…" in
+    # projector mode at 1366 px); the engine's line under them
+    b1 = b2 = b3 = st.container(horizontal=True, key="step_buttons")
+    b4 = st.container()
     # ``and presenter``: the page's own gate, not only the widget's ``disabled``
     if (
         b1.button(
@@ -93,6 +96,11 @@ def pick_step(steps: list[dict]) -> int:
     return numbers.index(at)
 
 
+def phase(name: str) -> str:
+    """A slot's phase in the page's language ("idle" read "ocioso" on a pt-BR page)."""
+    return browser_view.PHASE_PT.get(name, name) if lang == "pt-BR" else name
+
+
 def batch_table(rec: dict, upto: list[dict], people: set[int]) -> pd.DataFrame:
     held = charts.request_kv_tokens(upto)
     bs = charts.record_block_size(rec)
@@ -107,10 +115,11 @@ def batch_table(rec: dict, upto: list[dict], people: set[int]) -> pd.DataFrame:
                 w["col_who"]: ""
                 if rid is None
                 else w["person" if rid in people else "traffic_who"],
-                w["col_phase"]: slot_phase(s),
+                w["col_phase"]: phase(slot_phase(s)),
                 w["col_tokens"]: s["tokens"],
-                w["col_kv_tokens"]: tok,
-                w["col_kv_blocks"]: None if tok is None else -(-tok // bs),
+                # "—" for a slot holding nothing, not the "None" the table drew before
+                w["col_kv_tokens"]: "—" if tok is None else str(tok),
+                w["col_kv_blocks"]: "—" if tok is None else str(-(-tok // bs)),
             }
         )
     return pd.DataFrame(rows)
@@ -181,17 +190,16 @@ ms = i18n.num(1000 * (rec["t_end"] - rec["t_start"]), 1, lang)
 st.subheader(
     w["step_head"].format(step=rec["step"], policy=rec["policy"], runner=rec["runner"], ms=ms)
 )
-left, right = st.columns([3, 2], gap="large")
-with left:
-    st.markdown(f"**{w['batch']}**")
-    st.dataframe(
-        batch_table(rec, upto, people),
-        hide_index=True,
-        width="stretch",
-        height=min(40 + 36 * len(rec["slots"]), 600),
-    )
-with right:
-    what_happened(rec, requests)
+# The batch table across the page's width (beside "what happened", its last column was cut to
+# "bloc…" at 1366 px), what happened under it.
+st.markdown(f"**{w['batch']}**")
+st.dataframe(
+    batch_table(rec, upto, people),
+    hide_index=True,
+    width="stretch",
+    height=min(40 + 36 * len(rec["slots"]), 600),
+)
+what_happened(rec, requests)
 
 # Drawn in the browser from the records up to this step (sent again only when the step changes).
 browser_view.recorded(

@@ -78,6 +78,21 @@ def test_admission_markers_line_up_with_admitting_steps(runs, policy):
     assert [m["step"] for m in rule["data"]["values"]] == [r["step"] for r in admitted]
 
 
+def test_the_stall_chart_time_axis_can_be_fixed(runs):
+    """Issue 36: a fixed axis (the Live page's option), so 3,000 -> 80 ms looks like a drop."""
+    steps, _ = runs["continuous"]
+    for named in (False, True):
+        lines = charts.stall_chart(steps, named=named)["layer"][1]["layer"][2]
+        assert "scale" not in lines["encoding"]["y"]  # follows the data
+        fixed = charts.stall_chart(steps, named=named, y_max_ms=3000)["layer"][1]["layer"][2]
+        assert fixed["encoding"]["y"]["scale"] == {"domain": [0, 3000], "clamp": True}
+    # and step ticks that never run together (the walkthrough's "2086020880…" on the queue chart)
+    x = fixed["encoding"]["x"]["axis"]
+    assert x["labelOverlap"] == "greedy" and x["tickCount"] <= 6
+    named = charts.named_charts(stall_max_ms=1000)["stalls"]
+    assert named["layer"][1]["layer"][2]["encoding"]["y"]["scale"]["domain"] == [0, 1000]
+
+
 def test_stall_spike_lines_up_with_long_prompt_admission(runs):
     """Unchunked: a step that admits a long prompt is slower than the median step around it."""
     steps, _ = runs["continuous"]

@@ -61,6 +61,10 @@ def test_numbers_in_the_language(value, digits, en, pt):
 def test_metrics_read_with_units():
     assert i18n.metric("throughput", 16.5884, "pt-BR") == "16,6"
     assert i18n.metric("ttft_p50", 0.4567, "en") == "457 ms"
+    # from 1,000 ms on, seconds (the walkthrough's "3.723 ms" read as 3 ms by students)
+    assert i18n.metric("ttft_p50", 3.723, "pt-BR") == "3,7 s"
+    assert i18n.metric("itl_p99", 0.999, "pt-BR") == "999 ms"
+    assert i18n.metric("itl_p99", 0.9996, "en") == "1.0 s"
     assert i18n.metric("dead_slot_fraction", 0.375, "pt-BR") == "38%"
     assert i18n.metric("throughput_b_over_a", 2.3456, "pt-BR") == "2,35×"
     assert (
@@ -79,11 +83,11 @@ def test_configs_read_as_settings():
     }
     assert (
         i18n.settings(config, "en")
-        == "slots 8 · policy static · kv layout paged · fill timeout s 0.0"
+        == "slots 8 · policy static · kv layout paged · batch wait (s) 0.0"
     )
     assert (
         i18n.settings(config, "pt-BR")
-        == "slots 8 · política static · layout do KV paged · fill timeout s 0,0"
+        == "slots 8 · política static · layout do KV paged · espera do lote (s) 0,0"
     )
 
 

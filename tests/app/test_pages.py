@@ -182,7 +182,8 @@ def test_step_page_pause_and_single_step(page, probe):
 def test_compare_page(page, probe):
     at = page("compare")
     assert at.radio(key="cmp_preset").options[0] == "static vs continuous"
-    at.slider(key="cmp_scale").set_value(0.1)
+    assert at.select_slider(key="cmp_scale").value == 0.5  # lesson 2's scale for this workload
+    at.select_slider(key="cmp_scale").set_value(0.1)
     at.button(key="cmp_run").click().run(timeout=300)
     assert not at.error, [e.value for e in at.error]
     result = at.session_state["cmp_result"]

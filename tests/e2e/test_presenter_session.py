@@ -6,6 +6,9 @@ presenter -> viewer on every page change and on reload, token box empty)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from servers import start_engine, start_streamlit, stop
 
@@ -19,6 +22,7 @@ LESSON = "02-oven-vs-flow"
 PRESENTER = "apresentador (controles ligados)"
 VIEWER = "espectador (conversa e assiste)"
 SETUP = "Preparar este cenário"
+EXTRA = os.environ.get("FLUXO_SHOTS")  # a folder for the student's screenshot
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +103,23 @@ def _sign_in(page, http_url: str):
     return page
 
 
+def _viewer_sees_the_view_first(page) -> None:
+    """A student's Ao vivo: the chat and the charts first, the presenter's controls folded
+    away under them (the walkthrough: greyed controls filled a student's first screen)."""
+    from playwright.sync_api import expect
+
+    _nav(page, "Ao vivo")
+    view = page.locator("iframe[src*='fluxo_view']").first
+    fold = page.locator("[data-testid='stExpander']", has_text="Modos e tráfego").first
+    expect(fold).to_be_visible(timeout=60_000)
+    expect(view).to_be_visible(timeout=60_000)
+    expect(page.locator(".st-key-ctl_policy")).to_be_hidden()
+    assert view.bounding_box()["y"] < fold.bounding_box()["y"]
+    assert view.bounding_box()["y"] < 768  # on the first screen
+    if EXTRA:
+        page.screenshot(path=str(Path(EXTRA) / "live-1366-pt-BR-student.png"))
+
+
 @pytest.fixture
 def two(browser):
     """The teacher's browser and a student's, at a projector's 1366x768; closed after the test's
@@ -144,6 +165,7 @@ def test_the_presenter_keeps_control_through_lesson_two_and_a_reload(browser, to
     # the session secret is a cookie of this page's browser alone: a student's is a viewer
     spage = _open(student.new_page(), http_url)
     expect(spage.get_by_role("button", name=SETUP)).to_be_disabled(timeout=60_000)
+    _viewer_sees_the_view_first(spage)
     # signing out ends it, a reload included
     page.get_by_role("button", name="Sair").click()
     _role(page, VIEWER)
