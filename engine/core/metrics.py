@@ -174,8 +174,9 @@ def summarize(steps: list[Record], requests: list[Record]) -> dict[str, float]:
     ``dead_slot_fraction`` = dead / (computing + dead); ``busy_fraction`` = compute lane / wall;
     ``overhead_fraction`` = host lanes (prepare, h2d, d2h, update) / wall; ``peak_running`` = most
     slots held in one step; ``tokens_per_step`` = useful tokens / steps; ``slot_steps_per_token``
-    = ``held_slot_steps`` / useful tokens (both count-based: immune to the machine's speed)."""
-    wall = (steps[-1]["t_end"] - steps[0]["t_start"]) if steps else 0.0
+    = ``held_slot_steps`` / useful tokens (count-based); busy: per rank (``rank``, vLLM's DP)."""
+    ranks = len({r.get("rank", 0) for r in steps}) or 1
+    wall = (steps[-1]["t_end"] - steps[0]["t_start"]) * ranks if steps else 0.0
     compute = lane_time(steps, "compute")
     # Host work outside the forward. From the CPU lanes, not from step windows: under the async
     # runner a step's window spans its neighbours' compute, so windows overlap.
@@ -191,8 +192,8 @@ def summarize(steps: list[Record], requests: list[Record]) -> dict[str, float]:
         "requests": len(requests),
         "steps": len(steps),
         "useful_tokens": tokens,
-        "wall_s": wall,
-        "throughput": tokens / wall if wall else 0.0,
+        "wall_s": wall / ranks,
+        "throughput": tokens * ranks / wall if wall else 0.0,
         "ttft_p50": median(ttft),
         "ttft_p95": percentile(ttft, 95),
         "itl_p50": median(itl),

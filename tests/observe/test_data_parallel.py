@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.metrics import lane_time, summarize
 from engine.observe.launch import omp_bind
 from engine.observe.translate import Translator
 
@@ -82,3 +83,14 @@ def test_each_rank_gets_its_own_cores():
     assert omp_bind(2, [0, 1]) == "0|1"
     assert omp_bind(2, [0, 1, 2, 3, 4]) == "0,1|2,3"
     assert omp_bind(1, [0, 1]) is None and omp_bind(4, [0, 1]) is None
+
+
+def test_busy_is_per_rank_not_summed(wire):
+    """Two ranks each computing most of the window read as one busy engine, not as 190 %: the
+    page showed 'device busy 194 %' on two ranks before ``summarize`` averaged per rank."""
+    _, steps, _ = translate(wire)
+    both = summarize(steps, [])
+    one = summarize([s for s in steps if s["rank"] == 0], [])
+    assert 0 < both["busy_fraction"] <= 1.0, both["busy_fraction"]
+    summed = lane_time(steps, "compute") / (steps[-1]["t_end"] - steps[0]["t_start"])
+    assert summed > both["busy_fraction"] and one["busy_fraction"] <= 1.0
