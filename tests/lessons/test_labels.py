@@ -4,7 +4,7 @@ The convention the texts follow: a control, page, chart, metric or button of the
 **bold**, exactly as the page writes it (in pt-BR: "página **Ao vivo**", "**Parar tráfego**"; in
 English: "the **Live** page", "**Stop traffic**"); a chat placeholder may be quoted instead. The
 page's words come from the tables the page itself renders: ``app/i18n.py`` (the pages' and the
-browser view's words), the Lessons page's own ``WORDS`` (``app/views/lessons.py``), the charts'
+browser view's words), the Lessons page's own ``WORDS`` (``app/i18n_lessons.py``), the charts'
 titles (``app/charts/``) and their Portuguese (``app/browser_view.CHART_PT``, ``PHASE_PT``,
 ``KV_PT``), and the mode choices (``app/ui.CHOICES``, shown as they are in both languages).
 
@@ -21,7 +21,6 @@ marks) are the engine's and are left out.
 
 from __future__ import annotations
 
-import ast
 import re
 from functools import cache
 from pathlib import Path
@@ -55,14 +54,10 @@ QUOTED = re.compile(r"[\"“]([^\"”\n]{2,80})[\"”]")
 
 
 def _lessons_page_words() -> dict[str, dict[str, object]]:
-    """``WORDS`` of app/views/lessons.py, read without running the page module."""
-    tree = ast.parse((ROOT / "app" / "views" / "lessons.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "WORDS" for t in node.targets
-        ):
-            return ast.literal_eval(node.value)
-    raise AssertionError("app/views/lessons.py has no WORDS table")
+    """``WORDS`` of the Lessons page (``app/i18n_lessons.py``: a plain table, no page run)."""
+    from app.i18n_lessons import WORDS
+
+    return WORDS
 
 
 def _chart_titles() -> set[str]:
