@@ -259,6 +259,8 @@ def test_exposed_page_makes_viewers(tmp_path, browser):
             page.goto(http_url)
             expect(page.get_by_role("heading", name="Live")).to_be_visible(timeout=30_000)
             expect(page.get_by_text("viewer (chat and watch)")).to_be_visible()
+            # a viewer's controls are folded away under the view; opened, every one is off
+            page.get_by_text("Modes and traffic (the presenter's controls)").click()
             assert page.get_by_role("radio", name="static").is_disabled()
             assert page.get_by_role("button", name="Start traffic").is_disabled()
             frame = view(page)
