@@ -140,7 +140,7 @@ hostile = st.one_of(
     obj(
         "traffic",
         action=st.just("start"),
-        rate=st.floats(max_value=0) | st.floats(min_value=50.5) | st.text(max_size=3),
+        rate=st.floats(max_value=0) | st.floats(min_value=500.5) | st.text(max_size=3),
     ),
     obj("auth", token=not_int.filter(lambda v: not isinstance(v, str))),
     obj(
