@@ -69,9 +69,18 @@ async def _client(port: int, addr: str):
         for kind in DRIVING:
             await ws.send(json.dumps({"type": kind, "ref": kind, "prompt": "hi", "request": 1}))
         await ws.send(json.dumps({"type": "subscribe", "history": 0}))
+        got: dict[str, list] = {
+            "error": [],
+            "step": [],
+            "request": [],
+            "metrics": [],
+            "history": [],
+        }
+        # subscribed only once its (empty) history is back: a record pushed before that would
+        # go to no subscriber (CI lost step 1 this way on a loaded machine)
+        await _until(ws, got, lambda: len(got["history"]) == 1)
         push = zmq.Context.instance().socket(zmq.PUSH)
         push.connect(addr)
-        got: dict[str, list] = {"error": [], "step": [], "request": [], "metrics": []}
         try:
             for n, line in enumerate(lines, 1):
                 push.send(json.dumps(_now(json.loads(line), shift)).encode())
