@@ -172,3 +172,55 @@ def test_the_command_scores_a_policy_file(tmp_path, capsys):
     bad.write_text('{"arrival_s": 0}\n')
     assert score_cli.main(["score", "continuous", "--model", "tiny", "--trace", str(bad)]) == 2
     assert "error [bad_trace]: trace line 1" in capsys.readouterr().err
+
+
+def _small_trace(tmp_path, n=14):
+    small = tmp_path / "t.jsonl"
+    lines = [
+        {"arrival_s": i * 0.05, "client": "flood" if i % 3 else "ana",
+         "prompt_tokens": 4 + 9 * (i % 4), "max_tokens": 3 + i % 5}
+        for i in range(n)
+    ]  # fmt: skip
+    small.write_text(trace.dumps(lines))
+    return small
+
+
+def test_the_weights_cannot_move_a_priced_score(tiny, tmp_path):
+    """The quick score's premise: on the priced clock two models with one tokenizer (the tiny
+    float64 one and a counting stand-in of another width, seed and dtype) give the same figures,
+    for the built-ins and a loaded policy file alike."""
+    from engine.core.policy import registry
+
+    registry.load_file("examples/policies/fair_share.py")
+    items = trace.load(_small_trace(tmp_path))
+    lm, tok = tiny
+    stand_in = score.counting_model(lm.config.vocab_size, lm.config.max_position_embeddings, seed=3)
+    names = ["fair-share"]
+    full = score.score(lm, tok, items, names, model="tiny", dtype="float64")
+    quick = score.score(stand_in, tok, items, names, model="tiny", dtype="float32")
+    assert quick["runs"] == full["runs"] and set(full["runs"]) == {
+        "fair-share",
+        *registry.BUILTIN_NAMES,
+    }
+    assert all(r["steps"] > 5 for r in full["runs"].values())
+
+
+def test_check_full_holds_quick_runs_to_a_stored_replay_and_can_fail(tmp_path):
+    run = {"throughput": 10.0, "ttft_p50": 0.5, "goodput_by_client": {"ana": 1.0, "flood": 2.0}}
+    result = {
+        "trace": "t.jsonl", "clock": "priced", "targets": {"ttft_s": 2.0},
+        "runs": {"continuous": run, "mine": {"throughput": 3.0}},
+    }  # fmt: skip
+    stored = tmp_path / "score.json"
+    full = {**result, "config": dict(score.CONFIG), "when": "then", "weights": "q4"}
+    stored.write_text(json.dumps(full))
+    check = score.check_full(result, stored)
+    assert check["equal"] and check["runs"] == ["continuous"] and check["metrics"] == 4
+    full["runs"] = {"continuous": {**run, "goodput_by_client": {"ana": 1.1, "flood": 2.0}}}
+    stored.write_text(json.dumps(full))
+    check = score.check_full(result, stored)
+    assert not check["equal"] and check["max_rel_diff"] == pytest.approx(0.1 / 1.1)
+    stored.write_text(json.dumps({**full, "trace": "other.jsonl"}))
+    assert score.check_full(result, stored) is None
+    stored.write_text(json.dumps({**full, "config": {**score.CONFIG, "max_slots": 4}}))
+    assert score.check_full(result, stored) is None

@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -155,6 +156,21 @@ def load_model(name: str = "smollm2", dtype: str = "float32", seed: int = 0):
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
     return model.eval(), tok
+
+
+def load_tokenizer(name: str = "smollm2") -> tuple[Any, dict[str, Any]]:
+    """``(tokenizer, config.json as a dict)`` without the weights (a priced-clock score needs only
+    the counts): from the converted cache or a checkpoint directory, else ``load_model``'s."""
+    from transformers import AutoTokenizer
+
+    path = cache_dir() / "smollm2-135m-instruct" if name == "smollm2" else None
+    if name not in ("smollm2", "tiny"):
+        path = checkpoint_dir(name)
+    if path is None or not (path / "config.json").exists():
+        model, tok = load_model(name)  # the first start converts the bundled GGUF
+        return tok, model.config.to_dict()
+    config = json.loads((path / "config.json").read_text())
+    return AutoTokenizer.from_pretrained(path, local_files_only=True), config
 
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:

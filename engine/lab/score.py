@@ -5,8 +5,15 @@ weights: a request is submitted once the engine clock passes its ``arrival_s``, 
 generated to its ``max_tokens``. The clock is, by default, *priced*: each step advances it by what
 ``PRICES`` says the step costs (SmolLM2 q4 on a quiet 2-core CPU: ~28 ms a step plus ~1.5 ms a
 row), so a score is the same on every machine and under any load, like lesson 7's counted
-yardsticks (``engine/lab/stepclock.py``); the engine, the model and the tokens are real, only
-the seconds are counted. ``--clock wall`` times the real steps instead.
+yardsticks (``engine/lab/stepclock.py``); the engine and the token counts are real, only the
+seconds are counted. ``--clock wall`` times the real steps instead.
+
+Quick by default: on the priced clock no figure reads a token's value (answers run to their
+``max_tokens``, a policy's view holds counts and times, and prefix-cache hits follow prompts, the
+same in both), so the weights that pick the tokens cannot move a score. ``counting_model`` stands
+in for SmolLM2 (its tokenizer kept, so every count is SmolLM2's) and the replay runs ~10x faster;
+``check_full`` holds the quick runs against the stored full replay of the shipped trace each time
+(lesson 11's ``score.json``), and ``--full`` replays on SmolLM2 itself.
 
 Per run: throughput, TTFT and ITL percentiles, preemptions, goodput under the targets (a request
 meets them with TTFT <= ``--ttft-target`` and the p99 of its gaps <= ``--itl-target``, as lesson 7
@@ -18,8 +25,10 @@ built-in, metric by metric.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +62,66 @@ class PricedSteps(CostModel):
 
     def observe(self, *args: Any, **kwargs: Any) -> None:
         return None
+
+
+STORED_FULL = Path(__file__).parents[2] / "lessons" / "11-write-your-own-scheduler" / "score.json"
+
+
+def counting_model(vocab_size: int, max_positions: int, seed: int = 0):
+    """A one-layer Llama of width 16 with the real model's vocabulary and context: the steps,
+    slots, blocks and token counts it makes a replay take are the real model's, in ~2 ms a step
+    (its tokens are random, and nothing on the priced clock reads them)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).float().eval()
+
+
+def check_full(result: Result, stored: Path = STORED_FULL) -> dict[str, Any] | None:
+    """The quick runs of the built-ins (code a student cannot edit) against the stored full
+    replay of the same trace, targets and config: every metric equal, or the largest relative
+    difference. None when nothing stored matches this trace and setting."""
+    try:
+        full = json.loads(stored.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    same = (full.get("trace"), full.get("targets"), full.get("clock")) == (
+        result.get("trace"),
+        result["targets"],
+        result["clock"],
+    ) and all(full.get("config", {}).get(k) == v for k, v in CONFIG.items())
+    names = [n for n in registry.BUILTIN_NAMES if n in result["runs"] and n in full.get("runs", {})]
+    names = names if same else []
+    if not names:
+        return None
+    pairs = [(v, full["runs"][n].get(k)) for n in names for k, v in result["runs"][n].items()]
+    pairs += [
+        (v[c], w.get(c)) for v, w in pairs if isinstance(v, dict) and isinstance(w, dict) for c in v
+    ]
+    numbers = [(v, w) for v, w in pairs if all(isinstance(x, int | float) for x in (v, w))]
+    worst, keys = 0.0, len(numbers)
+    for v, w in numbers:
+        if v != w and not (math.isnan(v) and math.isnan(w)):
+            worst = max(worst, abs(v - w) / max(abs(w), 1e-12))
+    return {
+        "stored": full["when"],
+        "weights": full.get("weights"),
+        "runs": names,
+        "metrics": keys,
+        "equal": worst == 0.0,
+        "max_rel_diff": worst,
+    }
 
 
 def replay(lm, tok, items: list[TraceItem], policy: str, clock: str, **config: Any):

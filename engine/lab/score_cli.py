@@ -2,6 +2,7 @@
 export.
 
     python -m engine.policy score examples/policies/fair_share.py [more.py ...] [--json out.json]
+        (quick: a counting stand-in for the weights, exact on the priced clock; --full: SmolLM2)
     python -m engine.policy convert export.jsonl [--run NAME] [--out trace.jsonl]
     python -m engine.policy trace [--out engine/workloads/traces/class.jsonl]
 
@@ -16,6 +17,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     sc.add_argument("--model", default="smollm2", help="smollm2 (default) or tiny (tests)")
     sc.add_argument("--weights", default=None, help="fp32, q4 or q8 (default: the lab's)")
     sc.add_argument("--clock", choices=("priced", "wall"), default="priced")
+    sc.add_argument(
+        "--full",
+        action="store_true",
+        help="replay on the model's own weights (the default replays on a counting stand-in, "
+        "exact on the priced clock; --clock wall is always full)",
+    )
     sc.add_argument("--ttft-target", type=float, default=score.TTFT_TARGET_S)
     sc.add_argument("--itl-target", type=float, default=score.ITL_TARGET_S)
     cv = sub.add_parser("convert", help="the page's JSON lines export as a trace")
@@ -85,22 +93,30 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _model(name: str):
+def _model(args: argparse.Namespace) -> tuple[Any, Any, str, str, bool]:
+    """(model, tokenizer, weights, dtype, quick): the tiny model as it is; another on the priced
+    clock as its tokenizer and ``score.counting_model`` (unless --full), else loaded whole."""
     import torch
 
-    from engine.core.model import load_model
+    from engine.core.model import load_model, load_tokenizer
 
-    if name == "tiny":  # the tiny model gains nothing from intra-op threads and loses much
+    if args.model == "tiny":  # the tiny model gains nothing from intra-op threads and loses much
         torch.set_num_threads(1)
-    return load_model(name, "float64" if name == "tiny" else "float32")
+        return *load_model("tiny", "float64"), "fp32", "float64", False
+    if args.full or args.clock == "wall":
+        lm, tok = load_model(args.model, "float32")
+        return lm, tok, args.weights or lab_weights(args.model), "float32", False
+    torch.set_num_threads(1)  # a width-16 forward: one thread, no barrier to wait at
+    tok, config = load_tokenizer(args.model)
+    lm = score.counting_model(config["vocab_size"], config["max_position_embeddings"])
+    return lm, tok, "fp32", "float32", True
 
 
 def run_score(args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.perf_counter()
     policies = list(dict.fromkeys(_policy(p, args.name) for p in args.policy))
     items = trace.load(args.trace)
-    model, tok = _model(args.model)
-    weights = args.weights or lab_weights(args.model)
-    dtype = "float64" if args.model == "tiny" else "float32"
+    model, tok, weights, dtype, quick = _model(args)
     result = score.score(
         model,
         tok,
@@ -115,7 +131,9 @@ def run_score(args: argparse.Namespace) -> dict[str, Any]:
     )
     where = os.path.relpath(args.trace)  # the repo's own trace named as in the repo
     result["trace"] = args.trace if where.startswith("..") else where.replace(os.sep, "/")
-    result["weights"] = weights
+    result["weights"] = "counted" if quick else weights
+    result["full_check"] = score.check_full(result) if quick else None
+    result["seconds"] = round(time.perf_counter() - t0, 1)
     named = ", ".join(policies)
     title = f"{named} vs the built-ins: {len(items)} requests of {args.trace}, {args.clock} clock"
     for line in runs_table(title, result["runs"], COLUMNS):
@@ -124,9 +142,25 @@ def run_score(args: argparse.Namespace) -> dict[str, Any]:
         for builtin, ratios in over.items():
             print(f"{policy} over {builtin}:")
             print("\n".join(ratio_lines(ratios)))
+    print(_mode_line(result, quick))
     if args.json:
         Path(args.json).write_text(json.dumps(_plain(result), indent=1) + "\n")
     return result
+
+
+def _mode_line(result: dict[str, Any], quick: bool) -> str:
+    took = f"{result['seconds']} s"
+    if not quick:
+        return f"full replay on the model's own weights ({result['weights']}), {took}"
+    line = f"quick ({took}): a counting stand-in picked the tokens, and no priced figure reads them"
+    check = result["full_check"]
+    if check is None:
+        return line + "; no stored full replay of this trace to check against: --full replays one"
+    held = "every one equal" if check["equal"] else f"off by up to {check['max_rel_diff']:.2%}"
+    return (
+        f"{line}.\nAgainst the stored full replay ({check['weights']}, {check['stored']}): "
+        f"{', '.join(check['runs'])}, {check['metrics']} figures, {held}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,3 +59,23 @@ def test_the_policies_move_when_tokens_come_not_the_throughput(runs):
     for policy, run in runs.items():
         assert run["throughput"] == pytest.approx(runs["continuous"]["throughput"], rel=0.02)
         assert run["policy_errors"] == 0 and run["preemptions"] == 0, policy
+
+
+def test_lesson_11s_stored_scores_are_the_quick_replay_of_smollm2s_counts(capsys):
+    """Every figure of ``score.json`` (the lesson's markers: SmolLM2 q4, the full replay) comes
+    back from the quick score, which replays SmolLM2's token counts on a counting stand-in: the
+    six policies' 100+ figures, equal, not near. A policy, a built-in or the scorer that changed
+    what it decides would change them."""
+    import json
+
+    from engine.lab import score_cli
+
+    stored = json.loads(score.STORED_FULL.read_text())
+    files = [
+        str(EXAMPLES / f"{n}.py") for n in ("shortest_prompt_first", "fair_share", "latency_target")
+    ]
+    result = score_cli.run_score(score_cli._args(["score", *files, "--model", "smollm2"]))
+    assert result["weights"] == "counted" and stored["weights"] == "q4"
+    assert result["runs"] == stored["runs"]
+    assert result["full_check"]["equal"] and result["full_check"]["metrics"] >= 50
+    assert "every one equal" in capsys.readouterr().out
