@@ -45,6 +45,7 @@ def prefill_attention(
     """
     tq = q.shape[0]
     if q_start == 0 and k_new is not None:
+        assert v_new is not None  # given with k_new
         k, v = k_new, v_new
     else:
         k, v = k_cache.index_select(0, ctx_slots), v_cache.index_select(0, ctx_slots)

@@ -333,8 +333,9 @@ def forward_step(
     decode-only step: there, decode-only batches run through it (``_legacy_decode_step``)."""
     lib = _lib_or_raise()
     threads = torch.get_num_threads()
-    timed = phases is not None
-    if timed and (phases.dtype != torch.float64 or phases.shape != (threads, len(PHASES))):
+    if phases is not None and (
+        phases.dtype != torch.float64 or phases.shape != (threads, len(PHASES))
+    ):
         raise ValueError(f"phases must be float64 [{threads}, {len(PHASES)}]")
     if not hasattr(lib, "fluxo_forward_step"):
         _legacy_decode_step(lib, threads, locals())
@@ -343,7 +344,7 @@ def forward_step(
     q = [t.data_ptr() for t in (write_slots, ctx_slots, ctx_start, head_rows)]
     lib.fluxo_forward_step(
         *p[:4], h.shape[0], *p[4:], k.stride(0), *q, head_rows.shape[0], logits.data_ptr(),
-        threads, phases.data_ptr() if timed else None,
+        threads, phases.data_ptr() if phases is not None else None,
     )  # fmt: skip
 
 

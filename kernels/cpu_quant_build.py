@@ -237,12 +237,19 @@ def compile_source(source: str, build: str = "avx2", openmp: bool | None = None)
     return out
 
 
+class Library(ctypes.CDLL):
+    """A loaded build of the kernels: its C functions, and the two facts ``load`` sets."""
+
+    fluxo_build: str  # the build (avx2, ...)
+    fluxo_threads_ok: bool  # honours thread counts (built with OpenMP)
+
+
 def load(
     source: str | None = None,
     strict: bool = True,
     build: str = "avx2",
     openmp: bool | None = None,
-) -> ctypes.CDLL:
+) -> Library:
     """Compile ``source`` (default: the working tree's) for ``build`` if needed, load it and bind
     its functions' C signatures; ``lib.fluxo_build`` names the build, ``lib.fluxo_threads_ok``
     says whether it honours thread counts (built with OpenMP; older sources always were).
@@ -251,7 +258,7 @@ def load(
     import torch  # noqa: F401  (its libgomp.so.1 must be loaded before ours resolves the name)
 
     src = tree_source() if source is None else source
-    lib = ctypes.CDLL(str(compile_source(src, build, openmp)))
+    lib = Library(str(compile_source(src, build, openmp)))
     lib.fluxo_build = build
     lib.fluxo_threads_ok = bool(lib.fluxo_openmp()) if hasattr(lib, "fluxo_openmp") else True
     i64, c_int, p = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p

@@ -4,6 +4,7 @@ place."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from engine.core.errors import InvalidConfig, UnknownMode
 from engine.core.numbers import is_int, is_number
@@ -158,7 +159,9 @@ class EngineConfig:
         if not is_number(self.host_work_ms) or not 0 <= self.host_work_ms <= 1000:
             raise InvalidConfig(f"host_work_ms must be in [0, 1000] ms, got {self.host_work_ms!r}")
 
-    def updated(self, **changes: object) -> EngineConfig:
+    def updated(self, **changes: Any) -> EngineConfig:
+        """A copy with ``changes``: values as a control message sent them, checked by ``replace``'s
+        ``__post_init__``."""
         unknown = set(changes) - set(LIVE_FIELDS)
         if unknown:
             raise InvalidConfig(
@@ -167,5 +170,5 @@ class EngineConfig:
             )
         return replace(self, **changes)
 
-    def live(self) -> dict[str, object]:
+    def live(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in LIVE_FIELDS}

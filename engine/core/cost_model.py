@@ -153,7 +153,9 @@ def itl_chunk_budget(
         c = budget - decodes
         pairs = decodes * context + c * max(prompt, c)
         work = StepWork(budget, decodes + 1, pairs, decodes * context)
-        if model.predict_compute(work) > factor * base:
+        cost = model.predict_compute(work)
+        assert cost is not None  # priced ``base`` above: fitted, and nothing refits it here
+        if cost > factor * base:
             break
         best = budget
     return best
@@ -190,7 +192,9 @@ class Calibrated(Protocol):
     calibrations: int
     step_count: int
 
-    def submit(self, **kwargs: Any) -> Any: ...
+    def submit(
+        self, *, token_ids: list[int], max_new_tokens: int, ignore_eos: bool, client: str
+    ) -> Any: ...
     def run_until_idle(self) -> int: ...
 
 

@@ -60,9 +60,10 @@ from engine.core.cuda_host import (  # the host-side parts (tested on the CPU)
     rebuild,
 )
 from engine.core.llama import ForwardBatch
+from engine.core.records import Lane, SpanRecord
 from engine.core.sampler import sample
 
-CUDA_LANES = ("h2d", "compute", "d2h")  # the spans of its three streams
+CUDA_LANES: tuple[Lane, ...] = ("h2d", "compute", "d2h")  # the spans of its three streams
 
 
 # -- the GPU parts ---------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ class Launched:
 
     tokens: torch.Tensor
     host: torch.Tensor
-    marks: dict[str, tuple[Any, Any]]
+    marks: dict[Lane, tuple[Any, Any]]
     graph: int | None  # the padded size replayed, None when eager
 
 
@@ -113,7 +114,7 @@ class CudaExecutor:
         )
         self.graphs: dict[int, _Graph] = {}
         self.replays = self.eager = 0
-        self._pool = None
+        self._pool: torch.cuda._POOL_HANDLE | None = None
         self._cache = None
         self._static: DecodeInputs | None = None
         if self.graphs_on:
@@ -144,6 +145,7 @@ class CudaExecutor:
             max(GRAPH_SIZES), self.width, cache.scratch_slot, self.block_size, self.device
         )
         self.compute.wait_stream(torch.cuda.current_stream(self.device))
+        assert self._static is not None  # made by _reset_graphs, with the pool
         with torch.cuda.stream(self.compute):
             fill_static(self._static, clean)
         for t in clean.tensors().values():  # made on this thread's stream, read on compute
@@ -154,6 +156,7 @@ class CudaExecutor:
 
     def _capture(self, size: int) -> _Graph:
         s = self._static
+        assert s is not None  # capture() made it first
         rows = torch.arange(size, device=self.device)
         fb = ForwardBatch(
             input_ids=s.input_ids[:size],
@@ -213,6 +216,7 @@ class CudaExecutor:
         else:
             host = flatten_inputs(fb)
         if fb.carry_dst is not None:
+            assert fb.carry_src is not None  # set with carry_dst (model_runner._carry_over)
             host["carry_dst"], host["carry_src"] = fb.carry_dst, fb.carry_src
         k = self.staging.acquire()
         marks = {
@@ -258,15 +262,16 @@ class CudaExecutor:
             if size is not None:
                 g = self.graphs[size]
                 step = DecodeInputs(**{f.name: dev[f.name] for f in fields(DecodeInputs)})
-                fill_static(
-                    self._static, step, dev.get("carry_dst"), dev.get("carry_src"), prev_tokens
-                )
+                static = self._static
+                assert static is not None  # a graph exists: capture() made it
+                fill_static(static, step, dev.get("carry_dst"), dev.get("carry_src"), prev_tokens)
                 g.graph.replay()
                 logits = g.logits[:n]  # [size, V] -> the n real rows; padding rows dropped
                 self.replays += 1
             else:
                 batch = rebuild(fb, dev)
                 if "carry_dst" in dev:
+                    assert prev_tokens is not None  # carried only behind the step in flight
                     batch.input_ids[dev["carry_dst"]] = prev_tokens[dev["carry_src"]]
                 logits = self.model_runner.forward_impl.forward(batch, self.model_runner.cache)
                 self.eager += 1
@@ -283,7 +288,7 @@ class CudaExecutor:
         tokens.record_stream(self.d2h)
         return Launched(tokens, host, marks, size)
 
-    def wait(self, future: Future) -> tuple[torch.Tensor, list[int], list[dict]]:
+    def wait(self, future: Future) -> tuple[torch.Tensor, list[int], list[SpanRecord]]:
         """Block until the step's tokens are on the host: (device tokens for the next step's
         carry-over, token ids, the h2d/compute/d2h spans on the engine clock)."""
         done: Launched = future.result()

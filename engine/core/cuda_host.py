@@ -13,6 +13,7 @@ import torch
 
 from engine.core.llama import BATCH_TENSORS, ForwardBatch
 from engine.core.numbers import ceil_div
+from engine.core.records import Lane, SpanRecord
 
 GRAPH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 
@@ -102,6 +103,7 @@ def fill_static(
     for name, src in step.tensors().items():
         getattr(static, name)[:size].copy_(src)
     if carry_dst is not None:
+        assert prev_tokens is not None and carry_src is not None  # carried with the step in flight
         static.input_ids[carry_dst] = prev_tokens[carry_src]
 
 
@@ -117,7 +119,7 @@ def anchor(t_before: float, t_after: float) -> float:
     return (t_before + t_after) / 2.0
 
 
-def lane_spans(t_ref: float, marks_ms: dict[str, tuple[float, float]]) -> list[dict]:
+def lane_spans(t_ref: float, marks_ms: dict[Lane, tuple[float, float]]) -> list[SpanRecord]:
     """Telemetry spans (engine clock) from each lane's (start, end) in ms after the reference."""
     return [
         {"lane": lane, "start": event_time(t_ref, a), "end": event_time(t_ref, b)}

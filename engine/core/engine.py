@@ -194,9 +194,9 @@ class Engine:
             self.scheduler.add(seq)
             self.telemetry.update_request(seq)
         for rid in cancels:
-            seq = self.inbox.live.get(rid)
-            if seq is not None:
-                self._end(seq, Status.CANCELLED)
+            live = self.inbox.live.get(rid)
+            if live is not None:
+                self._end(live, Status.CANCELLED)
         for change in changes:
             self._apply(change)
 
@@ -239,9 +239,9 @@ class Engine:
         self.inbox.live.pop(seq.id, None)
         self._ended_this_step.append(seq.id)
         self.telemetry.update_request(seq)
-        failed = status is Status.FAILED
-        info = {"error_code": seq.error_code, "error": seq.error} if failed else {}
-        seq.emit(Event("error" if failed else "done", seq.id, status=status.value, **info))
+        kind = "error" if status is Status.FAILED else "done"
+        code, message = (seq.error_code, seq.error) if kind == "error" else (None, None)
+        seq.emit(Event(kind, seq.id, status=status.value, error_code=code, error=message))
 
     # -- one step: prepare -> execute (runners.py) -> finish -----------------------------------
     def step(self) -> Record | None:
@@ -277,7 +277,7 @@ class Engine:
         work.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})
         work.cost = step_work(batch, rows)
         if self.cuda is not None:  # copied in now and queued behind the step in flight
-            prev = self.inflight and self.inflight.future
+            prev = self.inflight.future if self.inflight is not None else None
             work.future = self.cuda.launch(work.fb, rows, self.config.seed, prev)
         return work
 
@@ -316,8 +316,8 @@ class Engine:
         outside a forward (``step_failed``), or a coded reason (``shutting_down``)."""
         with self.step_lock:
             self.inflight = None
-            coded = isinstance(exc, FluxoError)
-            error = exc if coded else StepFailed(f"the engine failed: {_describe(exc)}")
+            coded = exc if isinstance(exc, FluxoError) else None
+            error = coded or StepFailed(f"the engine failed: {_describe(exc)}")
             self._drain_inbox()  # what was submitted and not yet drained is live now
             for seq in list(self.inbox.live.values()):
                 self._end(seq, Status.FAILED, error)

@@ -9,13 +9,17 @@ into the paged cache by slot index, and attention reads back through those slots
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
-from engine.core.packed import packable, packed
+from engine.core.packed import Linear, packable, packed
 from engine.core.quant import FusedStep
 from engine.core.quant import build as build_quant
 from kernels.attention import decode_attention, prefill_attention
+
+if TYPE_CHECKING:  # types only: the layers of a model_type "llama" checkpoint (model.ARCHITECTURES)
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 
 @dataclass(slots=True)
@@ -59,7 +63,7 @@ BATCH_TENSORS = (
 )
 
 
-def projections(layer: torch.nn.Module) -> tuple[torch.nn.Linear, ...]:
+def projections(layer: LlamaDecoderLayer) -> tuple[torch.nn.Linear, ...]:
     """A decoder layer's seven weight matrices, in the order the forward uses them:
     q, k, v, o, gate, up, down."""
     attn, mlp = layer.self_attn, layer.mlp
@@ -135,9 +139,11 @@ class LlamaForward:
         # Per layer: q, k, v, o, gate, up, down, as packed callables where the weights allow
         # (the quantized path reads self.quant.layers instead).
         if self.quant is None:
-            self.proj_layers = [projections(layer) for layer in self.layers]
+            self.proj_layers: list[tuple[Linear, ...]] = [
+                tuple(packed(m) for m in projections(layer)) if self.fast else projections(layer)
+                for layer in self.layers
+            ]
             if self.fast:
-                self.proj_layers = [tuple(packed(m) for m in ps) for ps in self.proj_layers]
                 self.packed_head = packed(hf_model.lm_head)
         # The rotary table from the model's own module, once: identical numbers, no per-step cost.
         probe = torch.zeros(1, dtype=self.dtype)
@@ -161,9 +167,11 @@ class LlamaForward:
         self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: ForwardBatch, bs: int
     ) -> torch.Tensor:
         if self.triton_decode is not None and batch.decode_tables is not None:
+            assert batch.decode_lens is not None  # set with the tables
             return self.triton_decode(
                 q, kc, vc, batch.decode_tables, batch.decode_lens, bs, self.scale
             )
+        assert batch.decode_slots is not None and batch.decode_mask is not None  # decode rows
         return decode_attention(q, kc, vc, batch.decode_slots, batch.decode_mask, self.scale)
 
     @staticmethod
@@ -175,7 +183,7 @@ class LlamaForward:
     def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
         """Returns logits ``[len(batch.logits_rows), vocab]``."""
         if self.fused is not None and not cache.k.is_cuda:
-            return self._fused_step(batch, cache)
+            return self._fused_step(self.fused, batch, cache)
         h = self.model.model.embed_tokens(batch.input_ids)  # [T, hidden]
         cos = self.cos[batch.positions][:, None, :]  # [T, 1, head_dim]
         sin = self.sin[batch.positions][:, None, :]
@@ -187,7 +195,7 @@ class LlamaForward:
     def _layer(
         self,
         i: int,
-        layer: torch.nn.Module,
+        layer: LlamaDecoderLayer,
         h: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
@@ -198,6 +206,8 @@ class LlamaForward:
         batch's K/V into the cache on the way."""
         t = h.shape[0]
         x = layer.input_layernorm(h)
+        o_proj: Linear  # a QuantLinear on the quantized path, else the (packed) module
+        down: Linear
         if self.quant is not None:  # q, k, v in one product over the row-stacked weights
             qkv, o_proj, gate_up, down = self.quant.layers[i]
             q, k, v = qkv(x).split(self.quant.qkv_sizes, dim=1)
@@ -254,14 +264,14 @@ class LlamaForward:
             )
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
-    def _fused_step(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
+    def _fused_step(self, fused: FusedStep, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
         """Any batch on quantized weights (decode rows, prompt chunks, both): one kernel call."""
         ctx_slots, ctx_start = fused_contexts(batch)
         h = self.model.model.embed_tokens(batch.input_ids)  # [T, hidden]
         rows = batch.logits_rows
         if rows is None:
             rows = torch.arange(batch.input_ids.shape[0])
-        return self.fused(
+        return fused(
             h, batch.positions, batch.write_slots, ctx_slots, ctx_start, rows, cache.k, cache.v
         )  # [len(rows), vocab]
 
@@ -293,6 +303,7 @@ def fused_contexts(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
     parts, starts, offset = [], [], 0
     if batch.num_decode:
         slots = batch.decode_slots  # [D, L]
+        assert slots is not None  # the model runner builds them for every decode row
         width = slots.shape[1]
         parts.append(slots.reshape(-1))  # [D, L] -> [D * L]
         starts.append(torch.arange(batch.num_decode, dtype=torch.long) * width)

@@ -268,7 +268,7 @@ def detail(
         # Rows computed for prompts (a ragged step computes exactly the prompt tokens, no padding).
         "prefill_tokens": sum(r["tokens"]["prefill"] for r in steps),
         # The prompt tokens the engine had to compute (a prompt's cached prefix, if any, is not).
-        "prompt_tokens": sum(r.get("computed_prompt_tokens", r["prompt_tokens"]) for r in requests),
+        "prompt_tokens": sum(r.get("computed_prompt_tokens", r["prompt_tokens"]) for r in requests),  # type: ignore[misc]  # .get with an Any default: mypy unions 2 overloads
         "kv_stored_peak": max((r["kv"]["tokens_stored"] for r in steps), default=0),
         # Prefix cache: prompt tokens taken from it, and their share of all prompt tokens.
         "cached_tokens": cached,

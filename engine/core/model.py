@@ -73,7 +73,7 @@ def tiny_llama(seed: int = 0, dtype: torch.dtype = torch.float64, layers: int = 
         pad_token_id=256,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(dtype).eval()
+    model = LlamaForCausalLM(config).to(dtype).eval()  # type: ignore[arg-type]  # transformers' @wraps(.to): typeshed binds no self
     return model, ByteTokenizer()
 
 
@@ -91,7 +91,8 @@ def _load_smollm2(dtype: torch.dtype):
     try:  # the GGUF dequantization takes ~15 s; a converted copy loads in ~1 s next time
         converted.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=converted.parent))
-        model.hf_quantizer = None  # weights are already dequantized; saving them plainly is exact
+        # weights are already dequantized; saving them plainly is exact
+        model.hf_quantizer = None  # type: ignore[assignment]  # torch types Module.__setattr__ for tensors/modules only
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(tmp)
@@ -99,7 +100,7 @@ def _load_smollm2(dtype: torch.dtype):
         os.replace(tmp, converted) if not converted.exists() else shutil.rmtree(tmp)
     except OSError:
         pass
-    return model.to(dtype), tok
+    return model.to(dtype), tok  # type: ignore[arg-type]  # transformers' @wraps(.to): typeshed binds no self
 
 
 # The architectures the forward (engine/core/llama.py) computes exactly: Llama's layer recipe with

@@ -50,6 +50,7 @@ class ModelRunner:
             logits_rows=torch.tensor(flat.logit_rows, dtype=torch.long),
         )
         if not batch.dead and attention.tables is not None and self.cache.k.is_cuda:
+            assert attention.lens is not None  # built with the tables
             fb.decode_tables = attention.tables.to(torch.int32)  # the Triton kernel / graphs
             fb.decode_lens = attention.lens.to(torch.int32)
         _carry_over(fb, flat)
@@ -146,6 +147,7 @@ class ModelRunner:
         built; placeholders are filled from it here, just before the forward.
         """
         if fb.carry_dst is not None:
+            assert prev_tokens is not None and fb.carry_src is not None  # the step in flight's
             fb.input_ids[fb.carry_dst] = prev_tokens[fb.carry_src]
         tokens = sample(self.forward_impl.forward(fb, self.cache), rows, seed)
         if tokens.is_cuda:  # the span must end when the device is done, not when the launch returns

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,8 +44,6 @@ QK = cpu_quant.QK
 # kernels/cpu_quant.py); 48 is a guess between measured points, not a measured crossover. The
 # int8 products of the layers have no such switch (QuantLinear.__call__).
 DEQUANT_ABOVE_ROWS = 48
-
-Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
 # -- block formats in torch: the reference the kernels are tested against ---------------------
@@ -197,8 +194,9 @@ class QuantModel:
     """A Llama model's projections as quantized callables, fused where rows stack."""
 
     weights: str  # "q4" or "q8"
-    layers: list[tuple[Linear, Linear, Linear, Linear]]  # per layer: qkv, o, gate+up, down
-    head: Linear
+    # per layer: qkv, o, gate+up, down
+    layers: list[tuple[QuantLinear, QuantLinear, QuantLinear, QuantLinear]]
+    head: QuantLinear
     qkv_sizes: tuple[int, int, int]  # output columns of q, k, v inside the fused qkv product
     nbytes: int  # weight bytes one step reads (every matrix once)
     exact: bool  # every matrix is the GGUF's own blocks
@@ -240,14 +238,12 @@ def _build(hf_model, weights: str) -> QuantModel:
             )
         )
     pre = "model.layers.0."
-    sizes = tuple(
-        qw[pre + m].n for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
-    )
+    q, k, v = (qw[pre + m].n for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
     return QuantModel(
         weights,
         layers,
         QuantLinear(with_tiles(qw["lm_head"])),
-        sizes,
+        (q, k, v),
         weight_bytes(qw),
         all(w.exact for w in qw.values()),
     )
@@ -330,9 +326,9 @@ class FusedStep:
         ``b`` attends to ``positions[b] + 1`` slots of ``ctx_slots`` from ``ctx_start[b]``."""
         logits = torch.empty(head_rows.shape[0], self.vocab, dtype=torch.float32)
         h, positions = h.contiguous(), positions.contiguous()
-        rows = [t.contiguous() for t in (write_slots, ctx_slots, ctx_start, head_rows)]
+        w, c, s, r = (t.contiguous() for t in (write_slots, ctx_slots, ctx_start, head_rows))
         head = (self.desc, self.dims, self.eps_scale)
         cpu_quant.forward_step(
-            *head, h, positions, self.cos, self.sin, k, v, *rows, logits, self.phases
+            *head, h, positions, self.cos, self.sin, k, v, w, c, s, r, logits, self.phases
         )
         return logits

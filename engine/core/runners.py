@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Executor
-from contextlib import AbstractContextManager
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
@@ -48,12 +47,12 @@ class StepEngine(Protocol):
     scheduler: Scheduler
     model_runner: ModelRunner
     cuda: CudaExecutor | None
-    device_pool: Executor  # the device thread (engine/core/device.py)
+    device_pool: ThreadPoolExecutor  # the device thread (engine/core/device.py)
     telemetry: Telemetry
     inbox: Inbox
     inflight: Work | None
     paused: bool
-    step_lock: AbstractContextManager  # held around a step (the engine thread, single_step)
+    step_lock: threading.RLock  # held around a step (the engine thread, single_step)
 
     def now(self) -> float: ...
     def prepare(self) -> Work | None: ...
@@ -68,11 +67,11 @@ def launch(engine: StepEngine, work: Work, prev_tokens: torch.Tensor | None) -> 
     """Start executing ``work``; bookkeeping moves on as if its tokens were known (placeholders)."""
     for seq, n in work.batch.items:
         seq.num_computed += n
-    for row, seq in enumerate(work.rows):
-        if seq is not None:
-            seq.output_ids.append(PLACEHOLDER)
-            seq.carry_row = row
-            work.outputs.append((row, seq, len(seq.output_ids) - 1))
+    for row, owner in enumerate(work.rows):
+        if owner is not None:
+            owner.output_ids.append(PLACEHOLDER)
+            owner.carry_row = row
+            work.outputs.append((row, owner, len(owner.output_ids) - 1))
     work.kv = kv_view(engine.blocks, engine.scheduler.running, engine.config.block_size)
     if engine.cuda is not None:  # already queued by prepare; carry-over from the step in flight
         return
@@ -92,6 +91,7 @@ def launch(engine: StepEngine, work: Work, prev_tokens: torch.Tensor | None) -> 
 
 def land(engine: StepEngine, work: Work) -> list[int]:
     """Wait for ``work``'s sampled tokens; adds its compute and d2h spans."""
+    assert work.future is not None  # ``launch`` (or, on CUDA, ``prepare``) set it
     if engine.cuda is not None:  # spans timed by CUDA events, on the engine clock
         work.tokens, ids, spans = engine.cuda.wait(work.future)
         work.spans.extend(spans)
@@ -115,8 +115,8 @@ def _land_and_finish(engine: StepEngine, work: Work) -> Record:
 def step_sync(engine: StepEngine) -> Record | None:
     """prepare, execute, finish, in a row."""
     if engine.inflight is not None:  # switched from async: land the step still in flight first
-        work, engine.inflight = engine.inflight, None
-        return _land_and_finish(engine, work)
+        prev, engine.inflight = engine.inflight, None
+        return _land_and_finish(engine, prev)
     work = engine.prepare()
     if work is None:
         return None

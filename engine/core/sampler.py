@@ -31,16 +31,17 @@ def sample(logits: torch.Tensor, seqs: list[Sequence | None], engine_seed: int =
     """``logits`` ``[N, V]``, one row per entry of ``seqs`` -> token ids ``[N]`` (greedy where
     None)."""
     out = logits.argmax(dim=-1)
-    rows = [i for i, s in enumerate(seqs) if s is not None and s.params.temperature > 0]
-    if not rows:
+    drawn = [(i, s) for i, s in enumerate(seqs) if s is not None and s.params.temperature > 0]
+    if not drawn:
         return out
-    temps = torch.tensor([seqs[i].params.temperature for i in rows], device=logits.device)
+    rows = [i for i, _ in drawn]
+    temps = torch.tensor([s.params.temperature for _, s in drawn], device=logits.device)
     probs = torch.softmax(logits[rows].float() / temps[:, None], dim=-1)
     k = min(TOP_K_PROBE, probs.shape[-1])
     top_vals, top_idx = probs.topk(k, dim=-1)
     mass = top_vals.sum(-1).tolist()
-    for j, i in enumerate(rows):
-        p, g = seqs[i].params, _generator(seqs[i], engine_seed, logits.device)
+    for j, (i, seq) in enumerate(drawn):
+        p, g = seq.params, _generator(seq, engine_seed, logits.device)
         if p.top_p >= 1.0:
             out[i] = torch.multinomial(probs[j], 1, generator=g)[0]
         elif mass[j] >= p.top_p:

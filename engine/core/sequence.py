@@ -6,6 +6,10 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: a sequence never imports torch
+    import torch
 
 
 class Status(str, Enum):  # noqa: UP042 - a StrEnum would print differently
@@ -79,7 +83,7 @@ class Sequence:
     preemptions: int = 0
     last_served: int = 0  # scheduler tick of the last step that computed tokens for it
     sink: Callable[[Event], None] | None = None
-    generator: object = None  # torch.Generator for seeded sampling, created lazily
+    generator: torch.Generator | None = None  # for seeded sampling, created lazily
     carry_row: int = -1  # async: row of the in-flight step's output that holds our newest token
     # incremental detokenization offsets
     prefix_offset: int = 0

@@ -7,13 +7,22 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
 from engine.core.block_manager import BlockManager
 from engine.core.cost_model import CostModel, StepWork
 from engine.core.llama import ForwardBatch
-from engine.core.records import KVRecord, SlotRecord, StepRecord
+from engine.core.records import (
+    KVRecord,
+    Phase,
+    Record,
+    SlotRecord,
+    SpanRecord,
+    StepRecord,
+    TokenCounts,
+)
 from engine.core.scheduler import ScheduledBatch
 from engine.core.sequence import Sequence
 
@@ -28,9 +37,9 @@ class Work:
     t_start: float
     policy: str = ""  # as scheduled: a switch applied while this step executes must not relabel it
     runner: str = ""
-    slots: list[dict] = field(default_factory=list)
-    kv: dict = field(default_factory=dict)
-    spans: list[dict] = field(default_factory=list)
+    slots: list[SlotRecord] = field(default_factory=list)
+    kv: KVRecord = field(default_factory=KVRecord)
+    spans: list[SpanRecord] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     # (row, sequence, output index) of every token this step computes for a sequence
     outputs: list[tuple[int, Sequence, int]] = field(default_factory=list)
@@ -51,6 +60,7 @@ def slots_view(batch: ScheduledBatch, running: list[Sequence], max_slots: int) -
             slots.append({"slot": i, "request": None, "phase": "idle", "tokens": 0})
             continue
         n = scheduled.get(seq.id, 0)
+        phase: Phase
         if seq.dead:
             phase, n = "dead", 1
         elif n > 1 or seq.num_computed + max(n, 1) < seq.num_tokens or not seq.output_ids:
@@ -85,13 +95,14 @@ def step_work(batch: ScheduledBatch, rows: list) -> StepWork:
 
 def step_record(
     work: Work, step: int, t_end: float, finished: list[int], queue_len: int, cost: CostModel
-) -> StepRecord:
-    """The step's record (the contract: ``engine/core/records.py``)."""
-    tokens = {"prefill": 0, "decode": 0, "dead": 0}
+) -> Record:
+    """The step's record (the contract: ``engine/core/records.py``), handed on as the plain
+    ``Record`` its readers take (mypy keeps a ``TypedDict`` apart from ``dict[str, Any]``)."""
+    tokens: TokenCounts = {"prefill": 0, "decode": 0, "dead": 0}
     for s in work.slots:
         if s["phase"] != "idle":
             tokens[s["phase"]] += s["tokens"]
-    return {
+    record: StepRecord = {
         "step": step,
         "t_start": work.t_start,
         "t_end": t_end,
@@ -114,6 +125,7 @@ def step_record(
         # has seen enough steps): measured >> expected with nothing admitted is the machine.
         "expected_s": None if work.cost is None else cost.expected(work.cost),
     }
+    return cast(Record, record)
 
 
 def observe_cost(cost: CostModel, work: Work, pin: bool) -> None:

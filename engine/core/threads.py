@@ -30,6 +30,7 @@ from collections.abc import Callable
 from statistics import median
 
 from engine.core.cost_model import CostModel, FrozenCostModel, StepWork
+from engine.core.records import SpanRecord
 
 log = logging.getLogger("fluxo.engine")
 ENABLED = False  # set by the entry points (``enable``); tests and library use keep their threads
@@ -70,7 +71,9 @@ def for_engine(device_kind: str) -> ThreadTuner | None:
 class ThreadTuner:
     """Chooses the forward's thread count from the steps' measured / expected compute time."""
 
-    def __init__(self, most: int, set_threads: Callable[[int], None], clock=time.monotonic) -> None:
+    def __init__(
+        self, most: int, set_threads: Callable[[int], object], clock=time.monotonic
+    ) -> None:
         self.most = self.threads = most
         self._set, self._clock = set_threads, clock
         self._samples: list[tuple[float, StepWork]] = []  # (compute seconds, work) since a verdict
@@ -85,7 +88,7 @@ class ThreadTuner:
     def active(self) -> bool:
         return self.most > 1
 
-    def step(self, spans: list[dict], work, cost_model, telemetry, t_end: float) -> None:
+    def step(self, spans: list[SpanRecord], work, cost_model, telemetry, t_end: float) -> None:
         """After one step: its compute span and its ``work`` (priced by the cost model); a change
         of the thread count is a telemetry event (``threads``) at ``t_end``."""
         compute = [s["end"] - s["start"] for s in spans if s["lane"] == "compute"]

@@ -99,7 +99,9 @@ def seconds_per_request(model: CostModel, shape: Shape, n: int, cached: int) -> 
     decode = StepWork(n, n, n * ctx, n * ctx)  # a full decode-only step
     with_prompt = StepWork(n + new, n + 1, n * ctx + new * round(shape.prompt), n * ctx)
     step = model.expected(decode)  # the forward and the host work around it
-    prefill = model.predict_compute(with_prompt) - model.predict_compute(decode)
+    with_cost, decode_cost = model.predict_compute(with_prompt), model.predict_compute(decode)
+    assert step is not None and with_cost is not None and decode_cost is not None  # ready above
+    prefill = with_cost - decode_cost
     return shape.answer * step / n + prefill
 
 

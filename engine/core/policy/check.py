@@ -104,7 +104,9 @@ class HookThread:
         return done.wait(max(0.0, left))
 
     def run(self, fn: Callable[..., Any], args: tuple, wait_s: float) -> tuple[Any, float, float]:
-        done, out, began = threading.Event(), [], []
+        done = threading.Event()
+        out: list[Any] = []  # what the hook returned (with its times), or what it raised
+        began: list[float] = []  # the hook thread's perf_counter as the hook began
         self.jobs.put((fn, args, done, out, began))
         if not done.wait(wait_s) and not self._late(done, began, wait_s):
             self.jobs.put(None)  # this thread ends once its hook returns, if ever
