@@ -5,6 +5,9 @@ from __future__ import annotations
 
 class FluxoError(Exception):
     code = "internal"
+    # Declared, never set here: the server sets it where one request field is to blame (OpenAI's
+    # error ``param``) and reads it with ``getattr(exc, "param", None)``.
+    param: str | None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

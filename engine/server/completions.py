@@ -210,6 +210,7 @@ def prompt_and_max(engine: Engine, args: CompletionArgs) -> tuple[list[int], int
     elif args.prompt_ids is not None:
         token_ids = args.prompt_ids
     else:
+        assert args.prompt is not None  # the parser sets messages, prompt_ids or prompt
         if not args.prompt.strip():
             raise EmptyPrompt("the prompt is empty")
         token_ids = list(tok.encode(args.prompt))
@@ -218,6 +219,6 @@ def prompt_and_max(engine: Engine, args: CompletionArgs) -> tuple[list[int], int
     )
     if max_tokens < 1:
         exc = protocol.BadField(f"max_tokens must be at least 1, got {max_tokens}")
-        exc.param = "max_tokens"  # type: ignore[attr-defined]
+        exc.param = "max_tokens"
         raise exc
     return token_ids, max_tokens

@@ -14,7 +14,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from websockets.asyncio.server import ServerConnection
 
@@ -89,6 +89,7 @@ class Connection:
     ws: ServerConnection
     presenter: bool
     limits: Limits
+    peer: Peer  # its address's counters (guard.Peers)
     open: dict[int, dict] = field(default_factory=dict)  # request id -> {"ref", "n", "pos"}
     subscribed: bool = False
     out: deque[str] = field(default_factory=deque)
@@ -98,7 +99,6 @@ class Connection:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     bucket: protocol.TokenBucket = field(default_factory=protocol.TokenBucket)
     history_bucket: protocol.TokenBucket = field(default_factory=protocol.TokenBucket)
-    peer: Peer | None = None  # its address's counters (guard.Peers)
     errors: deque[float] = field(default_factory=deque)
     internal: deque[float] = field(default_factory=deque)  # its internal errors, last 10 s
     closed: bool = False
@@ -328,8 +328,8 @@ class GatedConnection(ServerConnection):
         super().connection_made(transport)
         if self.gate.enter(ip):
             self.gate_ip = ip
-        else:
-            transport.abort()  # its file descriptor is given back before anything is read
+        else:  # a socket's transport: asyncio types the parameter as its base class
+            cast(asyncio.Transport, transport).abort()  # its fd is given back before any read
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.gate_ip is not None:

@@ -234,6 +234,7 @@ class HttpApi:
     # -- the sibling port -----------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # asyncio.start_server runs each connection as a task
         self._tasks.add(task)
         conn = Conn(reader, writer, self.limits.max_message_bytes, self.limits.http_request_s)
         peer = self.peers.get(guard.peer_key(conn.ip, None))
@@ -335,6 +336,7 @@ class HttpApi:
             if req.method != "GET":
                 raise MethodNotAllowed(f"{path} does not take {protocol.show(req.method)}")
             reply = self.get(path)
+            assert reply is not None  # every known path, and /v1/models/*, has a GET answer
             await conn.send(reply.status, reply.body, reply.ctype, keep)
             return keep
         except FluxoError as exc:
@@ -385,7 +387,7 @@ class HttpApi:
             exc = ModelNotFound(
                 f"no model {args.model!r} here; this server serves {self.model_id!r}"
             )
-            exc.param = "model"  # type: ignore[attr-defined]
+            exc.param = "model"
             raise exc
         token_ids, max_tokens = await self._admit_and_tokenize(peer, presenter, args)
         tag = f"http:{self.peers.alias(key)}"

@@ -117,7 +117,7 @@ def error_body(code: str, message: str, param: str | None = None) -> tuple[int, 
 
 def _bad(name: str, want: str, got: object) -> FluxoError:
     exc = protocol.BadField(f"{name} must be {want}, got {protocol.show(got)}")
-    exc.param = name  # type: ignore[attr-defined]
+    exc.param = name
     return exc
 
 
@@ -179,7 +179,7 @@ def _content(m: dict) -> str:
                     f"content parts of type {protocol.show(part['type'])} are not supported; "
                     "this model reads text"
                 )
-                exc.param = "messages"  # type: ignore[attr-defined]
+                exc.param = "messages"
                 raise exc
             if not isinstance(part.get("text"), str):
                 raise _bad("messages", "text parts with a string text", part.get("text"))
@@ -229,7 +229,7 @@ def _refuse_unsupported(body: dict) -> None:
         asked.append("response_format")
     if asked:
         exc = Unsupported(f"{asked[0]} is not implemented by this server")
-        exc.param = asked[0]  # type: ignore[attr-defined]
+        exc.param = asked[0]
         raise exc
 
 
@@ -251,6 +251,10 @@ def _json_object(raw: bytes) -> dict:
     return body
 
 
+# OpenAI's newer name for a role: looked up with whatever JSON value the role field holds
+_ROLE_ALIASES: dict[object, str] = {"developer": "system"}
+
+
 def _messages(body: dict) -> list[dict]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not 0 < len(messages) <= protocol.MAX_MESSAGES:
@@ -263,7 +267,7 @@ def _messages(body: dict) -> list[dict]:
     for m in messages:
         if not isinstance(m, dict):
             raise _bad("messages", "a list of {role, content} objects", m)
-        role = {"developer": "system"}.get(m.get("role"), m.get("role"))
+        role = _ROLE_ALIASES.get(m.get("role"), m.get("role"))
         if role not in ("system", "user", "assistant"):
             raise _bad(
                 "messages",
@@ -285,7 +289,7 @@ def _prompt(body: dict) -> tuple[str | None, list[int] | None]:
         return None, list(prompt)
     elif isinstance(prompt, list) and len(prompt) > 1:
         exc = Unsupported("one prompt per request (a batch of prompts is not supported)")
-        exc.param = "prompt"  # type: ignore[attr-defined]
+        exc.param = "prompt"
         raise exc
     else:
         raise _bad("prompt", "a string or a list of token ids", prompt)
@@ -312,7 +316,7 @@ def _sampling(body: dict, args: CompletionArgs) -> None:
             raise _bad("n", "an integer", n)
         if n != 1:
             exc = Unsupported(f"n must be 1 (one choice per request), got {n}")
-            exc.param = "n"  # type: ignore[attr-defined]
+            exc.param = "n"
             raise exc
 
 

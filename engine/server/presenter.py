@@ -31,7 +31,7 @@ def check_kv_memory(engine, blocks: int) -> None:
     (``psutil`` on the CPU, the device's own free memory on CUDA)."""
     cache = getattr(getattr(engine, "model_runner", None), "cache", None)
     k = getattr(cache, "k", None)
-    if k is None or blocks + 1 <= cache.num_blocks:
+    if cache is None or k is None or blocks + 1 <= cache.num_blocks:
         return  # no cache to size against, or one already as big: nothing is allocated
     per_block = 2 * k.element_size() * k.shape[0] * cache.block_size * k.shape[2] * k.shape[3]
     if k.device.type == "cuda":

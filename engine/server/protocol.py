@@ -12,7 +12,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard, overload
 
 from engine.core.errors import FluxoError
 from engine.core.numbers import is_finite, is_int
@@ -37,6 +37,7 @@ class UnknownType(FluxoError):
 
 class BadField(FluxoError):
     code = "bad_field"
+    ref: str | None  # declared, set by ``parse`` only: the refused message's own ref, if text
 
 
 class MessageTooLarge(FluxoError):
@@ -97,7 +98,7 @@ class CompareUnavailable(FluxoError):
     code = "compare_unavailable"
 
 
-def finite(v: object) -> bool:
+def finite(v: object) -> TypeGuard[int | float]:
     """A finite number; an integer too large for a float (``1`` and 400 zeros) is not one (the
     float conversion of ``math.isfinite`` raises ``OverflowError`` for it)."""
     try:
@@ -167,13 +168,19 @@ def parse(raw: str | bytes, max_bytes: int) -> dict[str, Any]:
         except BadField as exc:  # still answered with the message's ref, if that one is text
             ref = msg.get("ref")
             ok = isinstance(ref, str) and len(ref) <= MAX_REF and not _SURROGATE.search(ref)
-            exc.ref = ref if ok else None  # type: ignore[attr-defined]
+            exc.ref = ref if ok else None
             raise
     return msg
 
 
 # -- field readers ---------------------------------------------------------------------------------
+@overload
+def get_int(msg: dict, name: str, default: int, lo: int, hi: int) -> int: ...
+@overload
+def get_int(msg: dict, name: str, default: None, lo: int, hi: int) -> int | None: ...
 def get_int(msg: dict, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    """``msg[name]``, an integer in ``[lo, hi]``, else ``default`` when absent (or null: allowed
+    only where ``default`` is None, the one case that returns None)."""
     v = msg.get(name, default)
     if v is None and default is None:
         return None

@@ -20,6 +20,7 @@ import hmac
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -139,7 +140,7 @@ class Server(ViewerMessages, PresenterMessages):
                 ping_timeout=self.limits.keepalive_s,
                 process_request=self._process_request,
                 # idle sockets counted per address before any handshake byte (M3)
-                create_connection=gated(SocketGate(2 * self.limits.max_connections_per_address)),
+                create_connection=gated(SocketGate(2 * self.limits.max_connections_per_address)),  # type: ignore[arg-type]  # websockets types it as a class; it only calls it
             ) as server:
                 self.port = server.sockets[0].getsockname()[1]
                 self._announce()
@@ -196,7 +197,7 @@ class Server(ViewerMessages, PresenterMessages):
         except OSError as exc:  # e.g. the port is taken: the websocket server still serves
             log.warning("no OpenAI-compatible HTTP API: port %d: %s", self.http_port, exc)
 
-    def run_in_thread(self) -> tuple[threading.Thread, callable]:
+    def run_in_thread(self) -> tuple[threading.Thread, Callable[[], None]]:
         """Serve on a background thread (tests, benchmarks); returns the thread and a stop
         function."""
         loop = asyncio.new_event_loop()
@@ -211,8 +212,12 @@ class Server(ViewerMessages, PresenterMessages):
         if not self.ready.wait(60):
             raise RuntimeError("the server did not start")
 
+        def finish() -> None:
+            if not stop.done():
+                stop.set_result(None)
+
         def shutdown() -> None:
-            loop.call_soon_threadsafe(lambda: stop.done() or stop.set_result(None))
+            loop.call_soon_threadsafe(finish)
             thread.join(timeout=20)
 
         return thread, shutdown
@@ -225,6 +230,7 @@ class Server(ViewerMessages, PresenterMessages):
             if self._flush_scheduled:
                 return
             self._flush_scheduled = True
+        assert self._loop is not None  # serve() set it before the engine thread began
         try:
             self._loop.call_soon_threadsafe(self._schedule_flush)
         except RuntimeError:  # the loop has closed: the server is going down
@@ -236,6 +242,7 @@ class Server(ViewerMessages, PresenterMessages):
         (with 40 viewers the engine's step p50 went 3.6 -> 4.6 ms, the loop sharing its core); at
         most 50 flushes a second, each writer sends a few steps a wake. A quiet engine's first
         record still goes at once."""
+        assert self._loop is not None  # on the loop: serve() set it
         delay = self._last_flush + self.limits.flush_s - self._loop.time()
         if delay > 0:
             self._loop.call_later(delay, self._flush)
@@ -247,6 +254,7 @@ class Server(ViewerMessages, PresenterMessages):
             self._from_engine((kind, record))
 
     def _flush(self) -> None:
+        assert self._loop is not None  # on the loop: serve() set it
         self._last_flush = self._loop.time()
         with self._pending_lock:
             items, self._pending = self._pending, []

@@ -30,7 +30,10 @@ class ViewerMessages:
     token: str | None
     _exports: dict[str, tuple[tuple, asyncio.Future]]
     if TYPE_CHECKING:  # and the Server methods it calls
-        loopback: bool
+
+        @property
+        def loopback(self) -> bool: ...
+
         open_request: Callable[..., RequestHandle]
         state: Callable[..., dict[str, Any]]
         broadcast_state_soon: Callable[[], None]
