@@ -267,7 +267,8 @@ def _messages(body: dict) -> list[dict]:
     for m in messages:
         if not isinstance(m, dict):
             raise _bad("messages", "a list of {role, content} objects", m)
-        role = _ROLE_ALIASES.get(m.get("role"), m.get("role"))
+        role = m.get("role")  # a list or an object is no key: a bad_field, not a TypeError
+        role = _ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
         if role not in ("system", "user", "assistant"):
             raise _bad(
                 "messages",

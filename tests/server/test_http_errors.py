@@ -120,6 +120,10 @@ HOSTILE_CHAT = [
         400,
         "bad_field",
     ),
+    *[  # an unhashable role was once a TypeError: an internal error, not a coded 400
+        (json.dumps({**OK, "messages": [{"role": r, "content": "x"}]}).encode(), 400, "bad_field")
+        for r in (["user"], {"user": 1})
+    ],
     (
         json.dumps(
             {**OK, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
