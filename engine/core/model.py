@@ -54,17 +54,29 @@ class ByteTokenizer:
         return text + ("assistant: " if add_generation_prompt else "")
 
 
-def tiny_llama(seed: int = 0, dtype: torch.dtype = torch.float64, layers: int = 2):
+def tiny_llama(
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    layers: int = 2,
+    *,
+    width: int = 64,
+    vocab_size: int = ByteTokenizer.vocab_size,
+    max_positions: int = 4096,
+):
+    """A seeded random Llama, heads of 16 (``width // 16``, half as many KV heads), and the byte
+    tokenizer; another ``vocab_size`` and ``max_positions`` make a counting stand-in for a real
+    model's tokenizer (``engine/lab/score.py``)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    heads = max(1, width // 16)
     config = LlamaConfig(
-        vocab_size=ByteTokenizer.vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
+        vocab_size=vocab_size,
+        hidden_size=width,
+        intermediate_size=2 * width,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=max_positions,
         rms_norm_eps=1e-6,
         initializer_range=0.1,
         tie_word_embeddings=False,

@@ -72,20 +72,12 @@ def counting_model(vocab_size: int, max_positions: int, seed: int = 0):
     slots, blocks and token counts it makes a replay take are the real model's, in ~2 ms a step
     (its tokens are random, and nothing on the priced clock reads them)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config).float().eval()
+    from engine.core.model import tiny_llama
+
+    return tiny_llama(
+        seed, torch.float32, 1, width=16, vocab_size=vocab_size, max_positions=max_positions
+    )[0]
 
 
 def check_full(result: Result, stored: Path = STORED_FULL) -> dict[str, Any] | None:
