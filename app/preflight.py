@@ -78,7 +78,7 @@ def view(number: int, presenter: bool, lang: str) -> None:
         icon = {"shows": ":green[●]", "weak": ":orange[●]"}.get(p["verdict"], ":red[●]")
         lines = [f"{icon} **{verdict}** · {advice}"]
         for c in p["claims"]:
-            op = {">": "≥", "<": "≤", "~": "±"}[c["op"]]
+            op = {">": "≥", "<": "≤", "~": "±", "<=": "≤"}[c["op"]]
             v, size = i18n.num(c["min"], 2, lang), i18n.num(c["size"], 2, lang)
             bound = words["bound"].format(metric=c["metric"], a=c["a"], b=c["b"], v=v, op=op)
             lines.append(f"- {bound.replace('{size}', size)}")

@@ -1,25 +1,21 @@
 """``python -m engine.lesson N --live``: the numbers a lesson's Live-page steps will show.
 
-A lesson's teacher notes expect numbers on the Live page. They are measured here the way a
-teacher gets them: the engine server is started as ``make lab`` starts it (the bundled model in
-its default weight format, on the engine's own cores with as many torch threads), this process
-connects as the presenter's page does (on the page's cores), sends what the Lessons page's "Set up
-this scenario" sends (``reset``, ``control`` with the lesson's [engine], ``traffic`` with its
-[traffic]), and then visits each ``[[live]]`` setting of the scenario in order, as the lesson's
-steps do: it sends the setting's live fields (``control``) and traffic fields (``traffic``), waits
-one headline window (30 s), and keeps the server's own ``metrics`` summary of that window, the
-figures the page's headline shows.
+A lesson's teacher notes expect numbers on the Live page, measured here as a teacher gets them:
+the engine server started as ``make lab`` starts it (bundled model, default weights, its own
+cores), this process connecting as the presenter's page does and sending what "Set up this
+scenario" sends (``reset``, ``control`` with [engine], ``traffic`` with [traffic]); then each
+``[[live]]`` setting in order, as the steps do (``control`` and ``traffic`` with its fields), one
+headline window each, keeping the server's own ``metrics`` summary: the page's headline figures.
 
 A ``[[live]]`` entry: ``name`` (the setting as the lesson's steps name it), optional live engine
 fields (``policy``, ``max_slots``, ...) and optional ``traffic = {rate = ...}``.
 
 A ``[[live_check]]`` entry is a claim the class should see on the page: ``metric`` (a headline
-key), settings ``a`` and ``b`` (their names, the same one allowed), ``op`` (``>``: b shows more
-than a; ``<``: less), optional ``over_metric`` (a's figure is that metric: lesson 0's TTFT over
-its ITL in one setting), ``claim_en``/``claim_pt``. ``--live --check`` visits the settings
-``runs`` times (3) and holds each claim's direction in every run; the teacher notes show the
-ratio's min-max over the runs. A lesson whose claim the page cannot show says why in
-``[live_none]`` (``en``/``pt``).
+key) of settings ``a`` and ``b``, the ratio b / a held to ``size`` by ``op`` (``OPS``: ``>`` at
+least size, ``<`` at most size < 1, ``~`` within size either way, ``<=`` a gain of at most size),
+optional ``over_metric`` (a's figure: lesson 0's TTFT over its ITL), ``claim_en``/``claim_pt``.
+``--live --check`` holds it in every one of ``runs`` visits; the notes show the min-max. A lesson
+whose claim the page cannot show says why in ``[live_none]`` (``en``/``pt``).
 """
 
 from __future__ import annotations
@@ -193,6 +189,7 @@ OPS = {
     ">": lambda r, size: r >= size,
     "<": lambda r, size: r <= size,
     "~": lambda r, size: 1 / size <= r <= size,
+    "<=": lambda r, size: r <= size,  # no gain: b gains at most size (> 1) over a; may lose
 }
 
 
@@ -242,7 +239,7 @@ def checks_markdown(
     for c in checks:
         text = c.get("claim_pt" if lang == "pt-BR" else "claim_en") or c["metric"]
         lo, hi = (_cell(v, 1, 2, "", lang) for v in (c["min"], c["max"]))
-        bound = {">": "≥ ", "<": "≤ ", "~": "within "}[c["op"]] + _cell(
+        bound = {">": "≥ ", "<": "≤ ", "~": "within ", "<=": "≤ "}[c["op"]] + _cell(
             c.get("size"), 1, 2, "x", lang
         )
         if lang == "pt-BR":
@@ -279,10 +276,12 @@ WORDS = {
         ).split("|"),
         "how": "Each row: the page's headline over the {s:.0f} s after switching to that setting, "
         "in the order of the lesson's steps (so a backlog left by one setting shows in the next). "
-        "Measured by `python -m engine.lesson {n} --live` on {when}, load average {load}: the "
-        "engine started as `make lab` starts it ({weights} weights, {threads} torch thread(s){on})."
+        "Measured by `python -m engine.lesson {n} --live{flag}` on {when}, load average {load}: "
+        "the engine started as {started} ({weights} weights, {threads} torch thread(s){on})."
         " A loaded machine shows longer times; the counts (slots, waste) move less.",
         "on": " on core(s) {c}",
+        "pinned": "`make lab` starts it",
+        "free": "`python -m engine.lab --no-pin` starts it, on every core",
         "none": "not measured yet: `python -m engine.lesson {n} --live --save`",
     },
     "pt-BR": {
@@ -292,10 +291,12 @@ WORDS = {
         ).split("|"),
         "how": "Cada linha: o topo da página nos {s:.0f} s depois de mudar para aquele ajuste, na "
         "ordem dos passos da aula (uma fila deixada por um ajuste aparece no seguinte). Medido por "
-        "`python -m engine.lesson {n} --live` em {when}, carga média {load}: o motor iniciado como "
-        "`make lab` o inicia (pesos {weights}, {threads} thread(s) do torch{on}). Uma máquina com "
-        "carga mostra tempos maiores; as contagens (slots, desperdício) mudam menos.",
+        "`python -m engine.lesson {n} --live{flag}` em {when}, carga média {load}: o motor "
+        "iniciado como {started} (pesos {weights}, {threads} thread(s) do torch{on}). Uma "
+        "máquina com carga mostra tempos maiores; as contagens (slots, desperdício) mudam menos.",
         "on": " no(s) núcleo(s) {c}",
+        "pinned": "`make lab` o inicia",
+        "free": "`python -m engine.lab --no-pin` o inicia, em todos os núcleos",
         "none": "ainda não medido: `python -m engine.lesson {n} --live --save`",
     },
 }
@@ -339,6 +340,8 @@ def live_markdown(live: dict | None, number: int, lang: str) -> str:
             weights=engine.get("weights", "?"),
             threads=live["engine_threads"],
             on=w["on"].format(c=",".join(map(str, cpus))) if cpus else "",
+            started=w["pinned"] if cpus else w["free"],
+            flag="" if cpus else " --no-pin",
         ),
     ]
     if live.get("checks"):

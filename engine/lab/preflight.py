@@ -97,7 +97,7 @@ def line(number: int, title: str, p: dict[str, Any]) -> str:
             f"    traffic: {load}{o['rate']:.2f} requests/s here (capacity {o['capacity']:.2f})"
         )
     for c in p["claims"]:
-        op = {">": ">=", "<": "<=", "~": "within"}[c["op"]]
+        op = {">": ">=", "<": "<=", "~": "within", "<=": "<="}[c["op"]]
         lines.append(
             f"    {c['verdict']:>5}: {c['metric']} {c['b']} / {c['a']} = {c['min']:.2f}x "
             f"(bound {op} {c['size']}x)"
@@ -112,8 +112,8 @@ def verdict(c: dict[str, Any], ratio: float) -> str:
         return "shows"
     if not (ratio == ratio and ratio > 0):  # NaN, or nothing measured
         return "none"
-    if c["op"] == "~":  # outside the band, but within its square
-        return "weak" if OPS["~"](ratio, c["size"] ** 2) else "none"
+    if c["op"] in ("~", "<="):  # outside the band, but within its square
+        return "weak" if OPS[c["op"]](ratio, c["size"] ** 2) else "none"
     return "weak" if math.log(ratio) / math.log(c["size"]) >= WEAK else "none"
 
 

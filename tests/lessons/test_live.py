@@ -107,6 +107,18 @@ def test_a_no_effect_claim_holds_within_its_band() -> None:
         live_steps.live_claims({**scenario, "live_check": [{**claim, "op": ">", "size": None}]})
 
 
+def test_a_no_gain_claim_caps_the_gain_not_the_loss() -> None:
+    """Lesson 5's claim, saturated: async gains at most 1.15x over sync (it may lose: on two
+    shared cores its host thread takes one from the forward)."""
+    claim = {"metric": "throughput", "a": "sync", "b": "async", "op": "<=", "size": 1.15}
+    scenario = {"live": [{"name": "sync"}, {"name": "async"}], "live_check": [claim]}
+    for b, ok in ((104, True), (80, True), (114, True), (120, False)):
+        assert live_steps.check(scenario, [_run({"sync": 100, "async": b})])[0]["ok"] is ok
+    assert preflight.verdict(claim, 1.25) == "weak" and preflight.verdict(claim, 1.5) == "none"
+    with pytest.raises(ValueError, match="size"):
+        live_steps.live_claims({**scenario, "live_check": [{**claim, "size": 0.9}]})
+
+
 def test_the_preflight_visits_what_the_claims_name() -> None:
     """Lesson 1's preflight visits 1 and 8 slots (2 and 4 carried into 8, not visited); lesson 7
     the loads below and past the knee; a verdict per lesson, its weakest claim's."""
