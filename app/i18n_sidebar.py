@@ -107,4 +107,14 @@ SIDEBAR: dict[str, tuple[str, str]] = {
         "Each chart's ... menu saves it as PNG or SVG.",
         "O menu ... de cada gráfico salva PNG ou SVG.",
     ),
+    "evidence": ("Evidence (CSV + JSON)", "Evidências (CSV + JSON)"),
+    "evidence_help": (
+        "The tables a course grades, per request, per step and per configuration, with the "
+        "engine, weights, machine and settings: a zip that pandas reads. No prompt or answer is "
+        "in it, and nobody's name. Check a hand-in: python -m app.evidence_check.",
+        "As tabelas que um curso avalia, por requisição, por passo e por configuração, com o "
+        "motor, os pesos, a máquina e os ajustes: um zip que o pandas lê. Nenhum prompt ou "
+        "resposta vai nele, nem o nome de ninguém. Conferir uma entrega: "
+        "python -m app.evidence_check.",
+    ),
 }

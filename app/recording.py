@@ -412,13 +412,14 @@ def _finish(runs: dict[str, Run]) -> dict[str, Run]:
     for run in runs.values():
         if not run.summary:  # a plain export: the headline numbers of what it holds
             run.summary = summarize(run.steps, run.requests)
-        if not run.config:
-            run.config = {
-                "policy": run.steps[-1]["policy"],
-                "runner": run.steps[-1]["runner"],
-                "max_slots": len(run.steps[-1]["slots"]),
-            }
+        run.config = run.config or config_of(run.steps)
     return runs
+
+
+def config_of(steps: list[dict]) -> dict[str, Any]:
+    """What the last step says of its engine's configuration, for records that came without one."""
+    last = steps[-1]
+    return {"policy": last["policy"], "runner": last["runner"], "max_slots": len(last["slots"])}
 
 
 def parse(text: str | bytes, source: str = "") -> Recording:

@@ -6,7 +6,7 @@ import tomllib
 import pandas as pd
 import streamlit as st
 
-from app import browser_view, i18n, state, ui
+from app import browser_view, evidence, evidence_page, i18n, state, ui
 from engine.workloads import trace
 from engine.workloads.lessons import compares, lesson_dirs
 
@@ -243,6 +243,15 @@ if "score" in result.get("a", {}):  # policies on a trace
 else:
     show_ratios(result.get("ratios", {}))
     st.dataframe(table(result), width="stretch")
+evidence_page.button(
+    lambda: (
+        evidence.from_recording(ctx.rec)
+        if result.get("replay") and ctx.rec
+        else evidence.from_compare(result, {"weights": result["a"]["config"].get("weights")})
+    ),
+    "cmp",
+    lang,
+)
 same = {k: v for k, v in result["a"]["config"].items() if result["b"]["config"].get(k) == v}
 st.caption(f"A, B: {ui.plain(i18n.settings(same, lang))}")  # a recording's config: text only
 left, right = st.columns(2, gap="large")

@@ -4,7 +4,7 @@ does not answer)."""
 
 import streamlit as st
 
-from app import browser_view, i18n, state, ui
+from app import browser_view, evidence_page, i18n, state, ui
 
 ctx = ui.page_setup("live_title", "live_caption", "live_rec_caption")
 w, lang = ctx.w, ctx.lang
@@ -222,6 +222,7 @@ def live_view() -> None:
     if ctx.chart == "all":
         st.divider()
         ui.exports(c, "live", ctx.presenter)
+        evidence_page.live(c, "live", lang)
 
 
 if ctx.src == "rec":

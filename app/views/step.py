@@ -6,7 +6,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app import browser_view, charts, i18n, policy_notes, state, ui
+from app import browser_view, charts, evidence, evidence_page, i18n, policy_notes, state, ui
 from engine.core.metrics import slot_phase
 
 ctx = ui.page_setup("step_title", "step_caption")
@@ -175,10 +175,12 @@ if ctx.src == "rec":
         st.stop()
     run = state.choose_run(ctx.rec, w) if len(ctx.rec.runs) > 1 else ctx.rec.run()
     steps, requests, people = run.steps, run.requests, run.people
+    name, config = run.name, run.config
 else:
     engine_controls(ctx.c, ctx.presenter)
     snap = ctx.c.snapshot()
     steps, requests, people = snap.steps, snap.requests, snap.people
+    name, config = "live", dict(snap.state.get("config") or {})
 if not steps:
     st.info(w["no_steps"])
     state.write_url()
@@ -200,6 +202,16 @@ st.dataframe(
     height=min(40 + 36 * len(rec["slots"]), 600),
 )
 what_happened(rec, requests)
+# the range walked so far, as the tables a course grades
+evidence_page.button(
+    lambda: evidence.build(
+        "step",
+        [evidence.Source(name, config, upto, evidence.window(upto, requests))],
+        ctx.rec.meta if ctx.src == "rec" and ctx.rec else {"weights": config.get("weights")},
+    ),
+    "step",
+    lang,
+)
 
 # Drawn in the browser from the records up to this step (sent again only when the step changes).
 browser_view.recorded(

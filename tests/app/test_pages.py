@@ -13,7 +13,7 @@ from servers import start_engine, stop
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from app import charts
+from app import charts, evidence, evidence_check
 
 APP = Path(__file__).resolve().parents[2] / "app"
 
@@ -203,6 +203,9 @@ def test_compare_page(page, probe):
     ]
     assert [r["step"] for r in a["steps"]] == [r["step"] for r in result["a"]["steps"]]
     assert len(at.main.dataframe) == 1
+    # the evidence button's document, from the engine's own answer: the checker takes it
+    doc = evidence.from_compare(result)
+    assert evidence_check.problems(doc, {}) is None and doc["header"]["workload"] == "batching"
 
 
 def test_lessons_page_sets_up_a_scenario(page, probe):

@@ -3,11 +3,12 @@ nothing) falls back to a shipped lesson recording and every view replays it; the
 view, language, recording and step, so a copied link reopens the same picture; the presenter's
 keys (Page Down / Page Up, space, ?) work; projector mode shows one large chart. Screenshots in
 pt-BR and in projector mode go to tests/artifacts/ (08-replay-pt-BR.png, 09-projector.png,
-10-step-pt-BR.png, 11-compare-replay.png)."""
+10-step-pt-BR.png, 11-compare-replay.png); Compare's evidence downloads and checks."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from .browsing import ARTIFACTS, VIEW, view
@@ -127,6 +128,23 @@ def _compare_plays_both_runs(page) -> None:
     a.wait_for_function("() => !fluxo.player.playing")
     b.wait_for_function("() => !fluxo.player.playing")
     page.screenshot(path=str(ARTIFACTS / "11-compare-replay.png"), full_page=True)
+    _evidence_downloads_and_checks(page)
+
+
+def _evidence_downloads_and_checks(page) -> None:
+    """The evidence button: a real download (built on click), which the hand-in checker takes."""
+    from app import evidence_check
+
+    with page.expect_download() as download:
+        page.get_by_role("button", name=re.compile("Evidências")).click()
+    assert download.value.suggested_filename == "fluxo-evidence.zip"
+    doc, csvs, _ = evidence_check.read(Path(download.value.path()).read_bytes())
+    assert evidence_check.problems(doc, csvs) is None
+    assert set(doc["records"]) == {"a", "b"} and set(csvs) == {
+        "requests.csv",
+        "steps.csv",
+        "configs.csv",
+    }
 
 
 def test_every_view_replays_a_recording_without_an_engine(offline, browser):
