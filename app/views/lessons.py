@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import i18n, preflight, recording, roofline_chart, state, ui
+from app import i18n, predict_view, preflight, recording, roofline_chart, state, ui
 from app.i18n_lessons import WORDS
 from engine.workloads.lessons import LESSONS_DIR, as_shown, compares, lesson_dirs
 
@@ -257,6 +257,7 @@ with right:
             watch if isinstance(watch, str) else watch.get(lang if lang in watch else "en", "")
         )
 with left:
+    predict_view.view(folder, scenario, presenter, lang)  # every browser answers, before the run
     text_path = folder / f"{lang}.md"
     text = text_path.read_text() if text_path.exists() else words["no_text"].format(lang=lang)
     # The roofline figure goes where the text places it (a `<!-- roofline -->` line).

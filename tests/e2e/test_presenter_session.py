@@ -13,6 +13,7 @@ import pytest
 from servers import start_engine, start_streamlit, stop
 
 from app.engine_client import EngineClient
+from app.predictions import MAX_EDITS
 
 from .browsing import wait
 from .conftest import LOGS
@@ -175,3 +176,54 @@ def test_the_presenter_keeps_control_through_lesson_two_and_a_reload(browser, to
     # and its cookie goes (the page clears it once its run ends)
     mine = lambda: [c for c in ctx.cookies() if c["name"].startswith("fluxo_presenter")]  # noqa: E731
     assert wait(lambda: not mine(), timeout=30), mine()
+
+
+def _send(page, value: str) -> None:
+    box = page.locator(".st-key-predict_2")
+    field = box.locator("input[type='number']").first
+    field.fill(value)
+    field.press("Enter")
+    box.get_by_role("button", name="Enviar minha resposta").click()
+
+
+@pytest.mark.browser
+def test_the_class_predicts_and_the_engine_answers(browser, token_lab):
+    """Lesson 2's question (issue 41): three students answer from their own browsers, the
+    presenter sees them arrive, a flood is refused with its code, the presenter locks and reveals
+    the engine's answer, and every student sees theirs against the class and the engine."""
+    from playwright.sync_api import expect
+
+    http_url, _ = token_lab
+    made = [browser.new_context(viewport={"width": 1366, "height": 900}) for _ in range(4)]
+    try:
+        teacher = _sign_in(made[0].new_page(), http_url)
+        students = [_open(ctx.new_page(), http_url) for ctx in made[1:]]
+        for page, value in zip(students, ("0.5", "0.3", "0.9"), strict=True):
+            _send(page, value)
+            expect(page.get_by_text("Sua resposta:")).to_be_visible(timeout=60_000)
+        # the presenter's fragment refreshes every 2 s: the answers arrive without a click
+        box = teacher.locator(".st-key-predict_2")
+        expect(box.get_by_text("3 respostas · mediana 0,50x")).to_be_visible(timeout=60_000)
+        # a student who presses again at once is refused, with the code; their answer stands
+        refused = students[1].get_by_text("Recusada (rate_limited)")
+        for i in range(MAX_EDITS):  # faster than once a second, or past MAX_EDITS: refused
+            _send(students[1], f"0.{i % 9 + 1}")
+            if refused.count():
+                break
+        expect(refused).to_be_visible(timeout=60_000)
+        # students see no class answers before the lock
+        assert students[0].get_by_text("respostas · mediana").count() == 0
+        box.get_by_role("button", name="Travar as respostas").click()
+        expect(students[0].get_by_text("respostas · mediana")).to_be_visible(timeout=60_000)
+        expect(students[0].get_by_text("Você disse")).to_be_visible(timeout=60_000)
+        box.get_by_role("button", name="Revelar a resposta do motor").click()
+        for page in (teacher, *students):
+            expect(page.get_by_text("A resposta do motor:")).to_be_visible(timeout=60_000)
+        shots = Path(EXTRA) if EXTRA else Path(__file__).resolve().parents[1] / "artifacts"
+        shots.mkdir(exist_ok=True)
+        teacher.screenshot(path=str(shots / "12-predict-presenter-pt-BR.png"), full_page=True)
+        students[0].screenshot(path=str(shots / "13-predict-student-pt-BR.png"), full_page=True)
+        box.get_by_role("button", name="Apagar as respostas").click()  # the next class starts clean
+    finally:
+        for ctx in made:
+            ctx.close()

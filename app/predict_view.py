@@ -1,0 +1,197 @@
+"""The Lessons page's prediction: every browser answers the lesson's ``[[predict]]`` question
+before the run, the presenter watches the answers arrive (how many, the median, a histogram),
+locks, runs the lesson and reveals the engine's answer; each student then sees their answer
+against the class and the engine (``app/predictions.py``). A fragment refreshes every 2 s, so
+answers, the lock and the reveal reach every session without a click."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from app import i18n, predictions
+
+WORDS = {
+    "en": {
+        "predict": "Predict before you click",
+        "send": "Send my answer",
+        "sent": "Your answer: **{v}**. You can change it until the presenter locks.",
+        "class": "{n} answers · median {m}",
+        "locked": "Answers are locked.",
+        "engine": "The engine's answer: **{v}** ({src}); stored runs {lo}-{hi} "
+        "({runs} runs, {when})",
+        "machine": "this machine's pre-class check, {when}",
+        "typed": "read off the page by the presenter",
+        "yours": "You said **{v}**.",
+        "lock": "Lock the answers",
+        "unlock": "Unlock",
+        "reveal": "Reveal the engine's answer",
+        "value": "The engine's answer to reveal",
+        "clear": "Clear the answers",
+        "refused": "Refused ({code}): {message}",
+    },
+    "pt-BR": {
+        "predict": "Preveja antes de clicar",
+        "send": "Enviar minha resposta",
+        "sent": "Sua resposta: **{v}**. Dá para mudar até quem apresenta travar.",
+        "class": "{n} respostas · mediana {m}",
+        "locked": "As respostas estão travadas.",
+        "engine": "A resposta do motor: **{v}** ({src}); execuções guardadas {lo}-{hi} "
+        "({runs} execuções, {when})",
+        "machine": "a verificação antes da aula desta máquina, {when}",
+        "typed": "lida na página por quem apresenta",
+        "yours": "Você disse **{v}**.",
+        "lock": "Travar as respostas",
+        "unlock": "Destravar",
+        "reveal": "Revelar a resposta do motor",
+        "value": "A resposta do motor a revelar",
+        "clear": "Apagar as respostas",
+        "refused": "Recusada ({code}): {message}",
+    },
+}
+
+
+@st.cache_resource
+def board() -> predictions.Board:
+    """One board for the page process: every session's answers."""
+    return predictions.Board()
+
+
+def _session() -> str:
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else "local"
+
+
+def view(folder: Path, scenario: dict, presenter: bool, lang: str) -> None:
+    for q in predictions.questions(scenario):
+        _question(folder, q, presenter, lang)
+
+
+def _fmt(q: predictions.Question, v: float | None, lang: str) -> str:
+    decimals = 0 if q.step >= 1 else 2
+    return "—" if v is None else f"{i18n.num(v, decimals, lang)}{q.unit}"
+
+
+@st.fragment(run_every=2.0)
+def _question(folder: Path, q: predictions.Question, presenter: bool, lang: str) -> None:
+    w, b = WORDS[lang], board()
+    seen = b.view(q.key, _session())
+    with st.container(border=True, key=f"predict_{q.number}"):
+        st.markdown(f"**{w['predict']}** · {q.text[lang]}")
+        if not seen["locked"]:
+            _answer_form(q, b, w, lang, seen)
+        elif seen["mine"] is not None:
+            st.markdown(w["yours"].format(v=_fmt(q, seen["mine"], lang)))
+        if presenter or seen["locked"]:  # students see the class once answers are final
+            st.caption(w["class"].format(n=seen["count"], m=_fmt(q, seen["median"], lang)))
+            _histogram(q, seen, predictions.stored_answer(folder, q))
+        if seen["revealed"] is not None:
+            _engine_line(folder, q, seen, w, lang)
+        elif seen["locked"]:
+            st.caption(w["locked"])
+        if presenter:
+            _presenter_controls(q, b, w, seen)
+
+
+def _answer_form(q: predictions.Question, b: predictions.Board, w: dict, lang: str, seen) -> None:
+    key = f"pred_{q.key}"
+    start = seen["mine"] if seen["mine"] is not None else (q.lo + q.hi) / 2
+    row = st.container(horizontal=True)
+    value = row.number_input(
+        q.unit, q.lo, q.hi, float(start), q.step, key=key, label_visibility="collapsed"
+    )
+    if row.button(w["send"], key=f"{key}_send"):
+        try:
+            b.answer(q, _session(), value)
+            st.session_state.pop(f"{key}_refused", None)
+        except predictions.Refused as exc:
+            st.session_state[f"{key}_refused"] = w["refused"].format(
+                code=exc.code, message=exc.message
+            )
+    refused = st.session_state.get(f"{key}_refused")
+    if refused:
+        st.warning(refused, icon=":material/block:")
+    mine = b.view(q.key, _session())["mine"]
+    if mine is not None:
+        st.caption(w["sent"].format(v=_fmt(q, mine, lang)))
+
+
+def _histogram(q: predictions.Question, seen: dict, stored: dict | None) -> None:
+    """The class's answers (anonymous), the engine's stored range, the reveal and your answer."""
+    if not seen["values"]:
+        return
+    x = {"type": "quantitative", "scale": {"domain": [q.lo, q.hi]}, "title": q.unit}
+    bins = {"maxbins": 20, "extent": [q.lo, q.hi]}
+    layers: list[dict] = [
+        {
+            "data": {"values": [{"v": v} for v in seen["values"]]},
+            "mark": {"type": "bar", "color": "#8a8f98"},
+            "encoding": {
+                "x": {"field": "v", "bin": bins, **x},
+                "y": {
+                    "aggregate": "count",
+                    "type": "quantitative",
+                    "title": None,
+                    "axis": {"tickMinStep": 1, "format": "d"},
+                },
+            },
+        }
+    ]
+    if stored and seen["revealed"] is not None:  # the stored runs' range, behind the reveal
+        layers.append(
+            {
+                "data": {"values": [{"v": stored["lo"], "v2": stored["hi"]}]},
+                "mark": {"type": "rect", "color": "#d62728", "opacity": 0.15},
+                "encoding": {"x": {"field": "v", **x}, "x2": {"field": "v2"}},
+            }
+        )
+    for value, color in ((seen["revealed"], "#d62728"), (seen["mine"], "#1f77b4")):
+        if value is not None:
+            layers.append(
+                {
+                    "data": {"values": [{"v": value}]},
+                    "mark": {"type": "rule", "color": color, "strokeWidth": 3},
+                    "encoding": {"x": {"field": "v", **x}},
+                }
+            )
+    st.vega_lite_chart({"layer": layers, "height": 140}, width="stretch")
+
+
+def _engine_line(folder: Path, q: predictions.Question, seen: dict, w: dict, lang: str) -> None:
+    stored = predictions.stored_answer(folder, q) or {}
+    machine = predictions.machine_answer(q)
+    from_machine = machine is not None and machine["value"] == seen["revealed"]
+    src = w["machine"].format(when=machine["when"]) if from_machine and machine else w["typed"]
+    st.markdown(
+        w["engine"].format(
+            v=_fmt(q, seen["revealed"], lang),
+            src=src,
+            lo=_fmt(q, stored.get("lo"), lang),
+            hi=_fmt(q, stored.get("hi"), lang),
+            runs=stored.get("runs", 0),
+            when=stored.get("when", "—"),
+        )
+    )
+
+
+def _presenter_controls(q: predictions.Question, b: predictions.Board, w: dict, seen) -> None:
+    """Lock / unlock, reveal (this machine's pre-class value, or what the page showed), clear."""
+    machine = predictions.machine_answer(q)
+    row = st.container(horizontal=True)
+    if not seen["locked"] and row.button(w["lock"], key=f"lock_{q.key}"):
+        b.lock(q.key)
+        st.rerun(scope="fragment")
+    if seen["locked"] and seen["revealed"] is None and row.button(w["unlock"], key=f"un_{q.key}"):
+        b.lock(q.key, False)
+        st.rerun(scope="fragment")
+    if seen["revealed"] is None:
+        default = machine["value"] if machine else (q.lo + q.hi) / 2
+        value = row.number_input(w["value"], value=float(default), key=f"rv_{q.key}")
+        if row.button(w["reveal"], key=f"reveal_{q.key}", type="primary"):
+            b.reveal(q.key, value)
+            st.rerun(scope="fragment")
+    if row.button(w["clear"], key=f"clear_{q.key}"):
+        b.reset(q.key)
+        st.rerun(scope="fragment")
