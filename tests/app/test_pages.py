@@ -73,6 +73,16 @@ def wait_for(fn, timeout=15.0):
     return fn()
 
 
+def settled_step(probe, quiet_s: float = 1.5) -> int:
+    """The engine's step count once it has not moved for ``quiet_s`` (a paused engine)."""
+    last, since = probe.state["step"], time.time()
+    while time.time() - since < quiet_s:
+        time.sleep(0.1)
+        if probe.state["step"] != last:
+            last, since = probe.state["step"], time.time()
+    return last
+
+
 def test_entry_routes_to_the_live_page(engine_server, monkeypatch):
     monkeypatch.setenv("FLUXO_ENGINE_URL", engine_server)
     at = AppTest.from_file(str(APP / "streamlit_app.py"), default_timeout=60).run()
@@ -158,7 +168,7 @@ def test_step_page_pause_and_single_step(page, probe):
     assert wait_for(lambda: probe.state.get("paused"))
     at.run()
     assert not at.button(key="step_once").disabled
-    before = probe.state["step"]
+    before = settled_step(probe)  # a step in flight when Pause came still lands
     at.button(key="step_once").click().run()
     assert wait_for(lambda: probe.state["step"] == before + 1)
     at.run()

@@ -202,7 +202,9 @@ def test_hostile_messages_get_coded_errors_and_the_server_keeps_serving(serve, s
         asyncio.run(volley(frames))
 
     fuzz()
-    assert sum(counts.values()) >= 1500, counts
+    # every example ran and every frame was answered with a code: 60 lists of at least 20 frames
+    # (1500 was the mean hypothesis happens to draw, and a quiet clean-clone run drew 1433)
+    assert sum(counts.values()) >= 60 * 20, counts
     assert {"bad_json", "unknown_type", "bad_field", "message_too_large", "bad_utf8"} <= set(
         counts
     ), counts
