@@ -84,7 +84,9 @@ def view(number: int, presenter: bool, lang: str) -> None:
             lines.append(f"- {bound.replace('{size}', size)}")
         o = p.get("offered") or {}
         if o.get("load") is not None and o.get("rate"):
-            load, rate = i18n.num(o["load"], 1, lang), i18n.num(o["rate"], 1, lang)
+            tenths = abs(o["load"] * 10 - round(o["load"] * 10)) < 1e-9  # 0.35 is not "0,3"
+            load = i18n.num(o["load"], 1 if tenths else 2, lang)
+            rate = i18n.num(o["rate"], 1, lang)
             lines.append("- " + words["offered"].format(load=load, rate=rate))
         st.markdown("\n".join(lines))
         when = p.get("when", doc["when"])
