@@ -76,38 +76,40 @@ def _fmt(q: predictions.Question, v: float | None, lang: str) -> str:
 
 @st.fragment(run_every=2.0)
 def _question(folder: Path, q: predictions.Question, presenter: bool, lang: str) -> None:
-    w, b = WORDS[lang], board()
+    words, b = WORDS[lang], board()
     seen = b.view(q.key, _session())
     with st.container(border=True, key=f"predict_{q.number}"):
-        st.markdown(f"**{w['predict']}** · {q.text[lang]}")
+        st.markdown(f"**{words['predict']}** · {q.text[lang]}")
         if not seen["locked"]:
-            _answer_form(q, b, w, lang, seen)
+            _answer_form(q, b, words, lang, seen)
         elif seen["mine"] is not None:
-            st.markdown(w["yours"].format(v=_fmt(q, seen["mine"], lang)))
+            st.markdown(words["yours"].format(v=_fmt(q, seen["mine"], lang)))
         if presenter or seen["locked"]:  # students see the class once answers are final
-            st.caption(w["class"].format(n=seen["count"], m=_fmt(q, seen["median"], lang)))
+            st.caption(words["class"].format(n=seen["count"], m=_fmt(q, seen["median"], lang)))
             _histogram(q, seen, predictions.stored_answer(folder, q))
         if seen["revealed"] is not None:
-            _engine_line(folder, q, seen, w, lang)
+            _engine_line(folder, q, seen, words, lang)
         elif seen["locked"]:
-            st.caption(w["locked"])
+            st.caption(words["locked"])
         if presenter:
-            _presenter_controls(q, b, w, seen)
+            _presenter_controls(q, b, words, seen)
 
 
-def _answer_form(q: predictions.Question, b: predictions.Board, w: dict, lang: str, seen) -> None:
+def _answer_form(
+    q: predictions.Question, b: predictions.Board, words: dict, lang: str, seen: dict
+) -> None:
     key = f"pred_{q.key}"
     start = seen["mine"] if seen["mine"] is not None else (q.lo + q.hi) / 2
     row = st.container(horizontal=True)
     value = row.number_input(
         q.unit, q.lo, q.hi, float(start), q.step, key=key, label_visibility="collapsed"
     )
-    if row.button(w["send"], key=f"{key}_send"):
+    if row.button(words["send"], key=f"{key}_send"):
         try:
             b.answer(q, _session(), value)
             st.session_state.pop(f"{key}_refused", None)
         except predictions.Refused as exc:
-            st.session_state[f"{key}_refused"] = w["refused"].format(
+            st.session_state[f"{key}_refused"] = words["refused"].format(
                 code=exc.code, message=exc.message
             )
     refused = st.session_state.get(f"{key}_refused")
@@ -115,7 +117,7 @@ def _answer_form(q: predictions.Question, b: predictions.Board, w: dict, lang: s
         st.warning(refused, icon=":material/block:")
     mine = b.view(q.key, _session())["mine"]
     if mine is not None:
-        st.caption(w["sent"].format(v=_fmt(q, mine, lang)))
+        st.caption(words["sent"].format(v=_fmt(q, mine, lang)))
 
 
 def _histogram(q: predictions.Question, seen: dict, stored: dict | None) -> None:
@@ -159,13 +161,15 @@ def _histogram(q: predictions.Question, seen: dict, stored: dict | None) -> None
     st.vega_lite_chart({"layer": layers, "height": 140}, width="stretch")
 
 
-def _engine_line(folder: Path, q: predictions.Question, seen: dict, w: dict, lang: str) -> None:
+def _engine_line(folder: Path, q: predictions.Question, seen: dict, words: dict, lang: str) -> None:
     stored = predictions.stored_answer(folder, q) or {}
     machine = predictions.machine_answer(q)
     from_machine = machine is not None and machine["value"] == seen["revealed"]
-    src = w["machine"].format(when=machine["when"]) if from_machine and machine else w["typed"]
+    src = words["typed"]
+    if from_machine and machine:
+        src = words["machine"].format(when=machine["when"])
     st.markdown(
-        w["engine"].format(
+        words["engine"].format(
             v=_fmt(q, seen["revealed"], lang),
             src=src,
             lo=_fmt(q, stored.get("lo"), lang),
@@ -176,22 +180,23 @@ def _engine_line(folder: Path, q: predictions.Question, seen: dict, w: dict, lan
     )
 
 
-def _presenter_controls(q: predictions.Question, b: predictions.Board, w: dict, seen) -> None:
+def _presenter_controls(q: predictions.Question, b: predictions.Board, words: dict, seen) -> None:
     """Lock / unlock, reveal (this machine's pre-class value, or what the page showed), clear."""
     machine = predictions.machine_answer(q)
     row = st.container(horizontal=True)
-    if not seen["locked"] and row.button(w["lock"], key=f"lock_{q.key}"):
+    if not seen["locked"] and row.button(words["lock"], key=f"lock_{q.key}"):
         b.lock(q.key)
         st.rerun(scope="fragment")
-    if seen["locked"] and seen["revealed"] is None and row.button(w["unlock"], key=f"un_{q.key}"):
+    final = seen["locked"] and seen["revealed"] is None
+    if final and row.button(words["unlock"], key=f"un_{q.key}"):
         b.lock(q.key, False)
         st.rerun(scope="fragment")
     if seen["revealed"] is None:
         default = machine["value"] if machine else (q.lo + q.hi) / 2
-        value = row.number_input(w["value"], value=float(default), key=f"rv_{q.key}")
-        if row.button(w["reveal"], key=f"reveal_{q.key}", type="primary"):
+        value = row.number_input(words["value"], value=float(default), key=f"rv_{q.key}")
+        if row.button(words["reveal"], key=f"reveal_{q.key}", type="primary"):
             b.reveal(q.key, value)
             st.rerun(scope="fragment")
-    if row.button(w["clear"], key=f"clear_{q.key}"):
+    if row.button(words["clear"], key=f"clear_{q.key}"):
         b.reset(q.key)
         st.rerun(scope="fragment")
