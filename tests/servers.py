@@ -105,3 +105,14 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+
+
+def settled_step(probe, quiet_s: float = 1.5) -> int:
+    """The engine's step count once it has not moved for ``quiet_s`` (a paused engine: a step in
+    flight when Pause came still lands)."""
+    last, since = probe.state["step"], time.time()
+    while time.time() - since < quiet_s:
+        time.sleep(0.1)
+        if probe.state["step"] != last:
+            last, since = probe.state["step"], time.time()
+    return last

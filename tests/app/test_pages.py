@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servers import start_engine, stop
+from servers import settled_step, start_engine, stop
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
@@ -71,16 +71,6 @@ def wait_for(fn, timeout=15.0):
             return value
         time.sleep(0.1)
     return fn()
-
-
-def settled_step(probe, quiet_s: float = 1.5) -> int:
-    """The engine's step count once it has not moved for ``quiet_s`` (a paused engine)."""
-    last, since = probe.state["step"], time.time()
-    while time.time() - since < quiet_s:
-        time.sleep(0.1)
-        if probe.state["step"] != last:
-            last, since = probe.state["step"], time.time()
-    return last
 
 
 def test_entry_routes_to_the_live_page(engine_server, monkeypatch):

@@ -12,10 +12,9 @@ refuses.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
-from servers import start_engine, start_streamlit, stop
+from servers import settled_step, start_engine, start_streamlit, stop
 
 from .browsing import ARTIFACTS, VIEW, view, wait
 
@@ -125,16 +124,6 @@ def _chart_saves_as_png(page, box) -> None:
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
 
 
-def _settled_step(probe, quiet_s: float = 1.5) -> int:
-    """The engine's step count once it has not moved for ``quiet_s`` (a paused engine)."""
-    last, since = probe.state["step"], time.time()
-    while time.time() - since < quiet_s:
-        time.sleep(0.1)
-        if probe.state["step"] != last:
-            last, since = probe.state["step"], time.time()
-    return last
-
-
 def _pause_and_step_once(page, probe) -> None:
     """Step by step: pause, step once (a long answer in flight, so the step has work whatever the
     traffic did), resume."""
@@ -146,7 +135,7 @@ def _pause_and_step_once(page, probe) -> None:
     page.get_by_role("button", name="Pause").click()
     try:
         assert wait(lambda: probe.state.get("paused"), 30)
-        before = _settled_step(probe)  # a step in flight when Pause came still lands
+        before = settled_step(probe)  # a step in flight when Pause came still lands
         page.get_by_role("button", name="Step once").click()
         assert wait(lambda: probe.state["step"] == before + 1, 30)
         expect(page.get_by_role("heading", name=f"Step {before + 1} ·")).to_be_visible()
