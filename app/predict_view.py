@@ -78,6 +78,7 @@ def _fmt(q: predictions.Question, v: float | None, lang: str) -> str:
 def _question(folder: Path, q: predictions.Question, presenter: bool, lang: str) -> None:
     words, b = WORDS[lang], board()
     seen = b.view(q.key, _session())
+    stored = predictions.stored_answer(folder, q)  # once a run (cached by measured.json's mtime)
     with st.container(border=True, key=f"predict_{q.number}"):
         st.markdown(f"**{words['predict']}** · {q.text[lang]}")
         if not seen["locked"]:
@@ -86,9 +87,9 @@ def _question(folder: Path, q: predictions.Question, presenter: bool, lang: str)
             st.markdown(words["yours"].format(v=_fmt(q, seen["mine"], lang)))
         if presenter or seen["locked"]:  # students see the class once answers are final
             st.caption(words["class"].format(n=seen["count"], m=_fmt(q, seen["median"], lang)))
-            _histogram(q, seen, predictions.stored_answer(folder, q))
+            _histogram(q, seen, stored)
         if seen["revealed"] is not None:
-            _engine_line(folder, q, seen, words, lang)
+            _engine_line(q, seen, stored or {}, words, lang)
         elif seen["locked"]:
             st.caption(words["locked"])
         if presenter:
@@ -161,8 +162,7 @@ def _histogram(q: predictions.Question, seen: dict, stored: dict | None) -> None
     st.vega_lite_chart({"layer": layers, "height": 140}, width="stretch")
 
 
-def _engine_line(folder: Path, q: predictions.Question, seen: dict, words: dict, lang: str) -> None:
-    stored = predictions.stored_answer(folder, q) or {}
+def _engine_line(q: predictions.Question, seen: dict, stored: dict, words: dict, lang: str) -> None:
     machine = predictions.machine_answer(q)
     from_machine = machine is not None and machine["value"] == seen["revealed"]
     src = words["typed"]

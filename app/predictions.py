@@ -17,6 +17,7 @@ answer once revealed. Nothing here imports torch or Streamlit.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -79,11 +80,18 @@ def questions(scenario: dict[str, Any]) -> list[Question]:
     return out
 
 
+@functools.lru_cache(maxsize=32)
+def _measured(path: str, mtime_ns: int) -> dict[str, Any]:
+    """A lesson's measured.json, read once per version (every session's fragment asks every 2 s)."""
+    return json.loads(Path(path).read_text())
+
+
 def stored_answer(folder: Path, q: Question) -> dict[str, Any] | None:
     """The engine's answer in the lesson's stored runs (``measured.json``): ``lo``, ``hi``, how
     many runs and when; None if that run is not stored."""
     try:
-        measured = json.loads((folder / "measured.json").read_text())
+        path = folder / "measured.json"
+        measured = _measured(str(path), path.stat().st_mtime_ns)
     except (OSError, ValueError):
         return None
     part, _, index = q.answer.partition(":check")
