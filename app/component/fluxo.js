@@ -44,8 +44,41 @@
 
   // -- Streamlit component protocol (v1) ------------------------------------------------------
   function post(type, data) {
+    if (type === "streamlit:setComponentValue" && holding()) {
+      if (held === null) setTimeout(retry, 500);
+      held = data;
+      return;
+    }
     window.parent.postMessage(Object.assign({isStreamlitMessage: true, type: type}, data || {}), "*");
   }
+
+  /* A page switch is never undone by this view's value (tests/e2e/test_page_switch.py). Streamlit
+   * 1.67 sends a value with the page the browser still shows and folds it into a switch not yet
+   * started, the newer page winning: a status report landing just after a click on Aulas ran Ao
+   * vivo again (a loaded CI run, 2026-12-03). From a click on a page link, the view's latest value
+   * waits: the frame is gone once the switch lands, and the value with it. It goes after HOLD_MS,
+   * or on a render of this frame once the address has changed (the page switched, so Streamlit
+   * sends values with the new page; a render before then may be the old run's last). */
+  const HOLD_MS = 15000;
+  const PAGE_LINKS = "[data-testid='stSidebarNav'] a, [data-testid='stTopNav'] a, a[data-testid='stPageLink-NavLink']";
+  let leftAt = -Infinity, leftFrom = null, held = null;
+  const holding = () => Date.now() - leftAt < HOLD_MS;
+  const retry = () => { if (held !== null) { if (holding()) setTimeout(retry, 500); else release(); } };
+  function release() {
+    leftAt = -Infinity;
+    if (held !== null) { const data = held; held = null; post("streamlit:setComponentValue", data); }
+  }
+  (function watchPageLinks() {
+    let doc;
+    try { doc = window.parent.document; } catch (e) { return; }  // not same-origin: nothing to watch
+    const onClick = ev => {
+      if (!ev.target || !ev.target.closest || !ev.target.closest(PAGE_LINKS)) return;
+      leftAt = Date.now();
+      leftFrom = window.parent.location.pathname;
+    };
+    doc.addEventListener("click", onClick, true);
+    window.addEventListener("pagehide", () => doc.removeEventListener("click", onClick, true));
+  })();
   function setHeight() {
     const h = Math.ceil(document.documentElement.scrollHeight) + 4;
     if (Math.abs(h - S.frameHeight) > 2) {
@@ -67,6 +100,7 @@
   window.addEventListener("message", ev => {
     if (!fromStreamlit(ev) || !ev.data || ev.data.type !== "streamlit:render") return;
     onArgs(ev.data.args || {});
+    if (leftAt > -Infinity && window.parent.location.pathname !== leftFrom) release();
   });
   new ResizeObserver(setHeight).observe(document.body);
 
