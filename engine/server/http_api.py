@@ -29,17 +29,21 @@ import email.utils
 import hashlib
 import hmac
 import logging
+import threading
 import time
+from collections.abc import Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
+from engine.core.engine import Engine
 from engine.core.errors import FluxoError
+from engine.core.requests import RequestHandle
 from engine.server import guard, prom, protocol, tokenize_api
 from engine.server.completions import (
     Coded,
@@ -49,6 +53,7 @@ from engine.server.completions import (
     prompt_and_max,
     whole_answer,
 )
+from engine.server.connection import Limits
 from engine.server.http11 import MAX_HEAD_BYTES, Conn, Gone, Request, TooLargeClose
 from engine.server.openai_shapes import (
     CompletionArgs,
@@ -62,8 +67,39 @@ from engine.server.openai_shapes import (
 # One thread tokenizes every HTTP prompt, in arrival order (the engine thread only decodes).
 TOKENIZER = ThreadPoolExecutor(1, thread_name_prefix="fluxo-tokenize")
 
-if TYPE_CHECKING:  # types only: server.py imports this module
-    from engine.server.server import Server
+
+class Host(Protocol):
+    """What the HTTP API asks of the websocket server it runs beside (``Server`` satisfies it):
+    the engine and the limits they share, who is connected, and the one way a request enters
+    (``admit``, then ``open_request``). Named here, so this module never imports the server."""
+
+    engine: Engine
+    limits: Limits
+    model_name: str
+    model_aliases: tuple[str, ...]
+    peers: guard.Peers
+    origins: guard.Origins
+    error_log: guard.ErrorLog
+    token: str | None
+    ready: threading.Event
+
+    @property
+    def conns(self) -> Sized: ...  # the open websocket connections (read: counted)
+
+    def engine_alive(self) -> bool: ...
+    def admit(self, peer: guard.Peer, exempt: bool, presenter: bool) -> None: ...
+    def open_request(
+        self,
+        client: Any,
+        client_id: str,
+        peer: guard.Peer,
+        *,
+        exempt: bool,
+        presenter: bool,
+        admitted: bool = False,
+        **submit: Any,
+    ) -> RequestHandle: ...
+
 
 log = logging.getLogger("fluxo.http")
 
@@ -82,7 +118,7 @@ class HttpApi:
     """Created by ``Server.serve``; owns the metrics listener, the sibling HTTP server and the
     answers the websocket port gives to plain GETs."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Host) -> None:
         self.server = server
         self.engine = server.engine
         self.limits = server.limits
@@ -137,10 +173,9 @@ class HttpApi:
 
     # -- GET answers (both ports) ---------------------------------------------------------------
     def health(self) -> Reply:
-        thread = getattr(self.server, "_engine_thread", None)
         if not self.server.ready.is_set():
             status = "loading"
-        elif thread is None or not thread.is_alive():
+        elif not self.server.engine_alive():
             status = "stopped"
         else:
             status = "ok"

@@ -20,7 +20,7 @@ import hmac
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -59,6 +59,8 @@ VERSION = "1"
 # 256-fd limit about 1 run in 5-10 (EMFILE in the log). At 64 the peak stays under it, and a
 # class's burst of joins still waits in the kernel's queue, not refused.
 ACCEPT_BURST = 64
+
+Handler = Callable[[Connection, dict], Awaitable[None]]  # one message of one client
 
 
 class Server(ViewerMessages, PresenterMessages):
@@ -111,8 +113,29 @@ class Server(ViewerMessages, PresenterMessages):
         self.ready = threading.Event()
         self.http_port = http_port  # the OpenAI-compatible API's port (0: any free one; None: off)
         self.http_url: str | None = None
+        # What answers each message a client may send: the one dispatch table. Who may send which
+        # is the protocol's (protocol.VIEWER_TYPES, PRESENTER_TYPES); a test holds the two equal.
+        self.handlers: dict[str, Handler] = {
+            "chat": self._on_chat,
+            "cancel": self._on_cancel,
+            "subscribe": self._on_subscribe,
+            "unsubscribe": self._on_unsubscribe,
+            "auth": self._on_auth,
+            "export": self._on_export,
+            "control": self._on_control,
+            "pause": self._on_pause,
+            "resume": self._on_resume,
+            "step": self._on_step,
+            "traffic": self._on_traffic,
+            "reset": self._on_reset,
+            "compare": self._on_compare,
+        }
 
     # -- lifecycle ------------------------------------------------------------------------------
+    def engine_alive(self) -> bool:
+        """The engine's thread is running (``/health`` says "stopped" otherwise)."""
+        return self._engine_thread is not None and self._engine_thread.is_alive()
+
     @property
     def loopback(self) -> bool:
         return self.host in ("127.0.0.1", "localhost", "::1")
@@ -389,7 +412,7 @@ class Server(ViewerMessages, PresenterMessages):
                 raise protocol.Forbidden(
                     f"{kind!r} is for the presenter; send auth with the presenter token first"
                 )
-            await getattr(self, f"_on_{kind}")(conn, msg)
+            await self.handlers[kind](conn, msg)
         except FluxoError as exc:
             conn.error(exc.code, exc.message, ref=ref or getattr(exc, "ref", None))
         except Exception as exc:  # noqa: BLE001 - a server bug answers this message, not the whole class

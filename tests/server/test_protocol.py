@@ -332,3 +332,12 @@ def test_a_load_needs_a_fitted_cost_model(serve):
         assert err["code"] == "invalid_config" and "rate" in err["message"]
 
     asyncio.run(main())
+
+
+def test_one_handler_for_every_kind_the_protocol_knows(serve):
+    """The server's dispatch table answers each message type the protocol accepts, and no other
+    (a type parsed but unhandled would be an internal error; one handled but never parsed, dead)."""
+    from engine.server import protocol
+
+    server = serve(model="tiny")
+    assert set(server.handlers) == protocol.VIEWER_TYPES | protocol.PRESENTER_TYPES
