@@ -113,9 +113,12 @@ class Server(ViewerMessages, PresenterMessages):
         self.ready = threading.Event()
         self.http_port = http_port  # the OpenAI-compatible API's port (0: any free one; None: off)
         self.http_url: str | None = None
-        # What answers each message a client may send: the one dispatch table. Who may send which
-        # is the protocol's (protocol.VIEWER_TYPES, PRESENTER_TYPES); a test holds the two equal.
-        self.handlers: dict[str, Handler] = {
+        self.handlers = self._handler_table()
+
+    def _handler_table(self) -> dict[str, Handler]:
+        """What answers each message a client may send: the one dispatch table. Who may send
+        which is the protocol's (``VIEWER_TYPES``, ``PRESENTER_TYPES``); a test holds them equal."""
+        return {
             "chat": self._on_chat,
             "cancel": self._on_cancel,
             "subscribe": self._on_subscribe,
