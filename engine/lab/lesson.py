@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from engine.core import device
-from engine.core.cuda_exec import check_device
+from engine.core.cuda_exec import check_device, device_name
 from engine.core.errors import DeviceUnavailable
 from engine.core.model import load_model
 from engine.lab import live_steps, preflight
@@ -26,6 +26,7 @@ from engine.lab.prose import lesson_runs, render_numbers
 from engine.lab.replay import warm_up
 from engine.lab.scenario import Result, lesson_dir, load, run_lesson
 from engine.workloads.lessons import lesson_dirs
+from kernels.cpu_quant import build_name
 
 # The columns a lesson's runs are shown with (the headline metrics, and the lessons' extras).
 COLUMNS = (
@@ -135,12 +136,9 @@ def measured_markdown(scenario: dict, measured: dict, lang: str) -> str:
         )
         load_avg = str(doc.get("load", "?")).replace(".", "," if lang == "pt-BR" else ".")
         threads = f", {doc['threads']} {h[7]}" if "threads" in doc else ""
-        lines += [
-            "",
-            f"{h[3]} ({VARIANT[lang][variant]}, {h[4]} {doc.get('when', '?')}, {h[6]} "
-            f"{load_avg}{threads}): "
-            f"{runs}.",
-        ]
+        cpu = f", {doc['cpu']}" if "cpu" in doc else ""  # stored since 2026-12-03
+        when = f"{h[4]} {doc.get('when', '?')}{cpu}, {h[6]} {load_avg}{threads}"
+        lines += ["", f"{h[3]} ({VARIANT[lang][variant]}, {when}): {runs}."]
     return "\n".join(lines)
 
 
@@ -268,6 +266,7 @@ def _record(path: Path, scenario: dict, args: argparse.Namespace, result: dict) 
         # the engine the runs measured (one engine: the lab's default weights)
         "weights": _weights_of(result["runs"]),
         "device": args.device,
+        "cpu": f"{device_name(args.device)}, {build_name() or 'no'} kernels",  # CPUs vary
         "threads": device.run(torch.get_num_threads),
         "runs": {
             k: {"config": v["config"], "summary": v["summary"]} for k, v in result["runs"].items()

@@ -302,6 +302,11 @@ def evaluate(check: Spec, runs: dict[str, Result], short: bool = False) -> Resul
         check["metric"] == "same_tokens"
     ):  # token-for-token agreement of two runs of the same workload
         value = float(run_["tokens"] == runs[check["over"]]["tokens"])
+    elif check["metric"] == "same_prefix":
+        # the same prompts with answers cut at different lengths (a run at another ``scale``):
+        # each pair of answers agrees token for token as far as the shorter one goes
+        pairs = zip(run_["tokens"], runs[check["over"]]["tokens"], strict=True)
+        value = float(bool(run_["tokens"]) and all(a[: len(b)] == b[: len(a)] for a, b in pairs))
     else:
         value = run_["summary"][check["metric"]]
         if (

@@ -210,7 +210,7 @@ def test_the_class_predicts_and_the_engine_answers(browser, token_lab):
         for i in range(3 * MAX_EDITS):  # faster than once a second, or past MAX_EDITS: refused
             _send(students[1], f"0.{i % 9 + 1}")  # (on one loaded core a send can be lost:
             try:  # the loop goes on until the refusal shows, well past MAX_EDITS)
-                refused.wait_for(timeout=3_000)
+                refused.wait_for(timeout=1_000)
                 break
             except PlaywrightTimeout:
                 continue

@@ -221,16 +221,27 @@ def test_claims_against_the_step_costs_hold_on_every_core(number, smollm2) -> No
 
 
 def test_the_promise_claims_fail_on_a_broken_engine() -> None:
-    """Lesson 1's claims against the cost model's promise: an engine that ran its 8 rows one by
-    one (8 rows for 8 rows' time) fails the lower bound; one that computed one row of eight (8
-    rows for one row's time) the upper."""
-    checks = [c for c in load_checks(LESSONS[1]) if c.get("against")]
+    """Lesson 1's claims on batching: an engine that ran its 8 rows one by one (8 rows for 8 rows'
+    time) fails the bound against the cost model's promise; one that computed one row of eight
+    (8 tokens for one row's work) gives other tokens, and fails the count."""
+    checks = [
+        c for c in load_checks(LESSONS[1]) if c.get("against") or c["metric"] == "same_prefix"
+    ]
+    alone = [[5, 6, 7], [8, 9, 10]]  # the 1-slot run's answers: shorter (another scale)
 
-    def runs(measured8: float, promised8: float = 300.0) -> dict:
+    def runs(measured8: float, tokens8: list[list[int]], promised8: float = 300.0) -> dict:
         one = {"decode_tput": 100.0, "decode_tput_expected": 100.0}
         eight = {"decode_tput": measured8, "decode_tput_expected": promised8}
-        return {"batch-1": {"summary": one}, "batch-8": {"summary": eight}}
+        return {
+            "batch-1": {"summary": one, "tokens": alone},
+            "batch-8": {"summary": eight, "tokens": tokens8},
+        }
 
-    assert [evaluate(c, runs(320.0))["ok"] for c in checks] == [True, True]
-    assert [evaluate(c, runs(100.0))["ok"] for c in checks] == [False, True]  # one by one
-    assert [evaluate(c, runs(800.0))["ok"] for c in checks] == [True, False]  # rows skipped
+    whole = [[5, 6, 7, 1, 2], [8, 9, 10, 3]]
+    assert [c["metric"] for c in checks] == ["decode_tput", "same_prefix"]
+    assert [evaluate(c, runs(320.0, whole))["ok"] for c in checks] == [True, True]
+    assert [evaluate(c, runs(100.0, whole))["ok"] for c in checks] == [False, True]  # one by one
+    skipped = [[5, 6, 7, 1, 2], [8, 4, 10, 3]]  # a row not computed: another token
+    assert [evaluate(c, runs(800.0, skipped))["ok"] for c in checks] == [True, False]
+    nothing = {"batch-1": {"tokens": []}, "batch-8": {"tokens": []}}
+    assert not evaluate(checks[1], nothing)["ok"]  # no answers: nothing shown
