@@ -121,7 +121,7 @@ def test_an_unexpected_error_is_logged_once_and_counts_against_its_sender(serve,
     async def bug(conn, msg):
         raise RuntimeError("a bug a message can reach")
 
-    server._on_unsubscribe = bug  # the instance's handler: getattr(self, "_on_unsubscribe")
+    server.handlers["unsubscribe"] = bug  # the dispatch table's entry (Server._handler_table)
 
     async def main():
         c = await student(url(server))
