@@ -40,10 +40,10 @@ quantization repeated per thread instead of a barrier each, SwiGLU and the resid
 products' epilogues, paged attention over the KV cache in place.
 
 The C++ sources (``cpu_quant.cpp``, ``cpu_quant_int8.cpp``, ``cpu_quant_tile.cpp``,
-``cpu_quant_decode.cpp``, one translation unit) are compiled with g++ at first use into the Fluxo
-cache (about 3 s) and called through ctypes with raw pointers; OpenMP splits the output rows over
-torch's own thread count (the .so links ``libgomp.so.1``, which resolves to the copy torch
-already loaded: one thread pool).
+``cpu_quant_attend.cpp``, ``cpu_quant_decode.cpp``, one translation unit) are compiled with g++
+at first use into the Fluxo cache (about 3 s) and called through ctypes with raw pointers; OpenMP
+splits the output rows over torch's own thread count (the .so links ``libgomp.so.1``, which
+resolves to the copy torch already loaded: one thread pool).
 One source builds for x86-64 (AVX2 + FMA + F16C; AVX-512 VNNI) and ARM64 (NEON + the dot-product
 extension: Apple Silicon), bit-identical results either way (``cpu_quant_build.BUILDS``); without
 OpenMP (Apple clang without libomp) the same build runs on one thread. ``available()`` is False

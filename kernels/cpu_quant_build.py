@@ -23,8 +23,15 @@ log = logging.getLogger("fluxo.kernels")
 
 HERE = Path(__file__).resolve().parent
 # one translation unit, in this order (each file uses what the ones before it define)
-NAMES = ("cpu_quant.cpp", "cpu_quant_int8.cpp", "cpu_quant_tile.cpp", "cpu_quant_decode.cpp")
+NAMES = (
+    "cpu_quant.cpp",
+    "cpu_quant_int8.cpp",
+    "cpu_quant_tile.cpp",
+    "cpu_quant_attend.cpp",
+    "cpu_quant_decode.cpp",
+)
 SOURCES = tuple(HERE / f for f in NAMES)
+LATER = frozenset({"cpu_quant_attend.cpp"})  # split out of cpu_quant_decode.cpp on 2026-12-03
 BASE_FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 # One build per instruction set, chosen at load from what the CPU reports (FLUXO_KERNELS forces
 # one: avx512vnni, avxvnni, avx2, neon, or fp32 for none), the first this CPU runs in this order.

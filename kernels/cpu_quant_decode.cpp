@@ -25,18 +25,6 @@ static void rmsnorm(const float* h, const float* w, int64_t M, int64_t D, float 
     }
 }
 
-// transformers' rotate_half rotary: x[i] pairs with x[i + d/2]; c, s: the position's table rows.
-// The fused multiply-adds are spelled out (here and in rmsnorm): left to contraction, g++ fused
-// a * c - b * s as fma(a, c, -(b * s)) on x86 and fma(-b, s, a * c) on ARM, 1 ulp apart.
-static inline void rope(float* x, const float* c, const float* s, int64_t d) {
-    const int64_t half = d / 2;
-    for (int64_t i = 0; i < half; i++) {
-        const float a = x[i], b = x[i + half];
-        x[i] = fmaf(a, c[i], -(b * s[i]));
-        x[i + half] = fmaf(b, c[i + half], a * s[i + half]);
-    }
-}
-
 struct Step {  // everything one step reads, as the Python side lays it out
     const int64_t* desc;  // per layer: (blocks, q4?, tiles) of qkv, o, gate_up, down; ln1, ln2;
                           // then the head's (blocks, q4?, tiles), the final norm
@@ -58,7 +46,7 @@ struct Step {  // everything one step reads, as the Python side lays it out
 };
 
 struct Scratch {  // one thread's own activations
-    std::vector<float> f, scores, q;
+    std::vector<float> f;
     std::vector<int8_t> xq;
     std::vector<float> xd, xs;
     QRow row() { return QRow{xq.data(), xd.data(), xs.data()}; }
@@ -74,108 +62,6 @@ static void write_kv(const Step& s, const float* qkv, int64_t ldq, float* kc, fl
         memcpy(kd, qkv + b * ldq + (s.heads + g) * hd, hd * sizeof(float));
         memcpy(vd, qkv + b * ldq + (s.heads + s.kv_heads + g) * hd, hd * sizeof(float));
         rope(kd, s.cos + s.pos[b] * hd, s.sin + s.pos[b] * hd, hd);
-    }
-}
-
-// q . k over d floats (d a multiple of 8), two fma chains.
-static inline float dot8(const float* a, const float* b, int64_t d) {
-    f8 s0 = f8_zero(), s1 = f8_zero();
-    int64_t i = 0;
-    for (; i + 16 <= d; i += 16) {
-        s0 = f8_fma(f8_load(a + i), f8_load(b + i), s0);
-        s1 = f8_fma(f8_load(a + i + 8), f8_load(b + i + 8), s1);
-    }
-    if (i < d) s0 = f8_fma(f8_load(a + i), f8_load(b + i), s0);
-    return f8_hsum(f8_add(s0, s1));
-}
-
-// q . k for four keys at once: four fma chains, one horizontal reduction for all four.
-static inline void dot4(const float* q, const float* k0, const float* k1, const float* k2,
-                        const float* k3, int64_t d, float* out) {
-    f8 a0 = f8_zero(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t i = 0; i < d; i += 8) {
-        const f8 qv = f8_load(q + i);
-        a0 = f8_fma(qv, f8_load(k0 + i), a0);
-        a1 = f8_fma(qv, f8_load(k1 + i), a1);
-        a2 = f8_fma(qv, f8_load(k2 + i), a2);
-        a3 = f8_fma(qv, f8_load(k3 + i), a3);
-    }
-    f8_hsum4(a0, a1, a2, a3, out);
-}
-
-// o = inv * sum_j p[j] v[slot[j]] with the NV x 8 outputs in registers (a chain through memory
-// per key made this loop 3x slower).
-template <int NV>
-static inline void pv(const float* p, const int64_t* slot, int64_t n, const float* v,
-                      int64_t vstride, float inv, float* o) {
-    f8 acc[NV];
-#pragma GCC unroll 16
-    for (int i = 0; i < NV; i++) acc[i] = f8_zero();
-    for (int64_t j = 0; j < n; j++) {
-        const f8 pp = f8_set1(p[j]);
-        const float* vr = v + slot[j] * vstride;
-#pragma GCC unroll 16
-        for (int i = 0; i < NV; i++) acc[i] = f8_fma(pp, f8_load(vr + 8 * i), acc[i]);
-    }
-    const f8 iv = f8_set1(inv);
-#pragma GCC unroll 16
-    for (int i = 0; i < NV; i++) f8_store(o + 8 * i, f8_mul(acc[i], iv));
-}
-
-// Units (row, head) (head_dim a multiple of 8): softmax(q k^T * scale) v over the row's own pos + 1
-// context slots. The loops' shapes depend on that length only, so a row's output is the same
-// whatever the other rows' lengths are.
-static void attend(const Step& s, const float* qkv, int64_t ldq, const float* kc, const float* vc,
-                   float* out, Scratch& t, int tid, int nt) {
-    const int64_t units = s.rows * s.heads, hd = s.head_dim, rep = s.heads / s.kv_heads;
-    float* q = t.q.data();
-    float* sc = t.scores.data();
-    for (int64_t u = units * tid / nt; u < units * (tid + 1) / nt; u++) {
-        const int64_t b = u / s.heads, hh = u % s.heads, g = hh / rep, n = s.pos[b] + 1;
-        memcpy(q, qkv + b * ldq + hh * hd, hd * sizeof(float));
-        rope(q, s.cos + s.pos[b] * hd, s.sin + s.pos[b] * hd, hd);
-        const int64_t* sl = s.ctx_slots + s.ctx_start[b];
-        const float* kg = kc + g * hd;
-        const int64_t ks = s.kv_heads * hd;
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4)
-            dot4(q, kg + sl[j] * ks, kg + sl[j + 1] * ks, kg + sl[j + 2] * ks, kg + sl[j + 3] * ks, hd,
-                 sc + j);
-        for (; j < n; j++) sc[j] = dot8(q, kg + sl[j] * ks, hd);
-        float mx = -INFINITY;
-        for (j = 0; j < n; j++) {
-            sc[j] *= s.scale;
-            mx = sc[j] > mx ? sc[j] : mx;
-        }
-        // exp 8 at a time, the tail with expf. With SwiGLU's exp8 (cpu_quant_tile.cpp),
-        // 2026-11-30 15:28 UTC, load 6-15, SmolLM2 q4, 8 rows, 1 thread, thread CPU ms, medians of
-        // 15, two A/B pairs x 2: ctx 128 36.6 36.9 36.9 36.9 -> 35.7 33.7 30.2 32.5; ctx 8 26.5
-        // 26.5 26.5 25.9 -> 27.3 25.8 23.2 24.2. Not bit for bit expf's (within 1.2e-7 relative):
-        // q4 decode perplexity, accuracy text, 45.238 -> 45.227.
-        f8 vsum = f8_zero();
-        const f8 vmx = f8_set1(mx);
-        for (j = 0; j + 8 <= n; j += 8) {
-            const f8 e = exp8(f8_sub(f8_load(sc + j), vmx));
-            f8_store(sc + j, e);
-            vsum = f8_add(vsum, e);
-        }
-        float sum = f8_hsum(vsum);
-        for (; j < n; j++) {
-            sc[j] = expf(sc[j] - mx);
-            sum += sc[j];
-        }
-        float* o = out + b * s.heads * hd + hh * hd;
-        const float* vg = vc + g * hd;
-        const int64_t vs = s.kv_heads * hd;
-        if (hd == 64) pv<8>(sc, sl, n, vg, vs, 1.0f / sum, o);
-        else if (hd == 128) pv<16>(sc, sl, n, vg, vs, 1.0f / sum, o);
-        else if (hd == 16) pv<2>(sc, sl, n, vg, vs, 1.0f / sum, o);
-        else {
-            for (int64_t i = 0; i < hd; i++) o[i] = 0.0f;
-            for (int64_t jj = 0; jj < n; jj++)
-                for (int64_t i = 0; i < hd; i++) o[i] += sc[jj] * vg[sl[jj] * vs + i];
-            for (int64_t i = 0; i < hd; i++) o[i] /= sum;
-        }
     }
 }
 
@@ -231,8 +117,10 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
     t.xq.resize(B * kmax);
     t.xd.resize(B * kmax / 32);
     t.xs.resize(B * kmax / 32);
-    t.scores.resize(s.ctx + 8);
-    t.q.resize(hd);
+    const AttnPlan plan = plan_attention(B, s.heads, s.kv_heads, hd, s.pos, s.ctx_start, nt);
+    Attn a{B, s.heads, s.kv_heads, hd, s.ctx, s.scale, s.pos, s.cos, s.sin, s.ctx_slots,
+           s.ctx_start, qkv, nqkv, nullptr, nullptr, attn};
+    AttnScratch at(a, plan.tiles);
     QRow x = t.row();
     Laps laps{phases ? phases + tid * PHASES : nullptr, omp_get_wtime()};
     const uint64_t csr = denormals_to_zero();
@@ -248,7 +136,8 @@ static void step_thread(const Step& s, float* qkv, float* attn, float* act, int 
         FLUXO_BARRIER(laps, PRODUCTS);
         write_kv(s, qkv, nqkv, kc, vc, tid, nt);
         FLUXO_BARRIER(laps, ATTENTION);
-        attend(s, qkv, nqkv, kc, vc, attn, t, tid, nt);
+        a.kc = kc, a.vc = vc;
+        attend(a, plan, at, tid);
         FLUXO_BARRIER(laps, ATTENTION);
         quantize_rows(attn, B, s.heads * hd, x);
         laps.lap(NORMS);

@@ -51,19 +51,23 @@ def test_the_command_refuses_a_bad_revision_with_a_clear_error(monkeypatch) -> N
 
 
 @pytest.mark.skipif(not cpu_quant.available(), reason="the quantized CPU kernels cannot build here")
-def test_two_builds_in_turn_on_the_q4_decode_step(smollm2, monkeypatch) -> None:
+def test_two_builds_in_turn_on_the_q4_decode_step_and_a_prompt(smollm2, monkeypatch) -> None:
     # The base: HEAD's kernels with a comment added, so it is a library of its own (another file,
     # the same machine code) and the swap between two loaded builds really happens.
     head = kernel_ab.source_at("HEAD")
     source = head + "\n// timed against itself\n"
     monkeypatch.setattr(kernel_ab, "source_at", lambda rev: source)
     assert cpu_quant_build.load(source, strict=False)._name != cpu_quant.library()._name
-    result = kernel_ab.compare(smollm2[0], "HEAD", rows=(1, 3), pairs=4)
-    assert [p["rows"] for p in result["points"]] == [1, 3]
+    result = kernel_ab.compare(smollm2[0], "HEAD", rows=(1, 3), pairs=4, prompts=(37,))
+    assert [p["rows"] for p in result["points"]] == [1, 3, 37]
     for p in result["points"]:
         assert p["base_ms"] > 0 and p["tree_ms"] > 0
         assert p["ratio_p25"] <= p["ratio_median"] <= p["ratio_p75"]
         if head == cpu_quant_build.tree_source():  # the same kernels: the same logits, bit for bit
             assert p["identical"]
-    assert set(result["ratios"]) == {"tree_over_base_step_1_rows", "tree_over_base_step_3_rows"}
+    assert set(result["ratios"]) == {
+        "tree_over_base_step_1_rows",
+        "tree_over_base_step_3_rows",
+        "tree_over_base_prefill_37_rows",
+    }
     assert "tree/base" in kernel_ab.table(result)

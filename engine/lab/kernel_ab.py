@@ -49,6 +49,8 @@ def source_at(rev: str) -> str:
             )
         except OSError as exc:  # no git on this machine
             raise ValueError(f"cannot run git to read the kernels at {rev!r}: {exc}") from None
+        if proc.returncode != 0 and name in cpu_quant_build.LATER:
+            continue  # a file the kernels were split into after that revision
         if proc.returncode != 0:
             why = proc.stderr.strip() or f"git exited with {proc.returncode}"
             raise ValueError(f"cannot read kernels/{name} at {rev!r}: {why}")
@@ -81,6 +83,24 @@ def _in_turn(fw, fb, cache, base, tree, pairs: int) -> Result:
     }
 
 
+def prefill_batch(n: int):
+    """One prompt chunk of ``n`` tokens from position 0 (slots 0 .. n - 1), its last row sampled:
+    a ``ForwardBatch`` as the model runner makes it for a whole prompt."""
+    from engine.core.llama import ForwardBatch, PrefillSpan
+
+    slots = torch.arange(n, dtype=torch.long)
+    return ForwardBatch(
+        input_ids=torch.arange(n) % 1000 + 100,
+        positions=torch.arange(n),
+        write_slots=slots,
+        num_decode=0,
+        decode_slots=None,
+        decode_mask=None,
+        prefills=[PrefillSpan(0, n, 0, slots)],
+        logits_rows=torch.tensor([n - 1]),
+    )
+
+
 def compare(
     model,
     against: str = "HEAD",
@@ -89,17 +109,19 @@ def compare(
     ctx: int = 128,
     block_size: int = 16,
     base_build: str = "avx2",
+    prompts: tuple[int, ...] = (512,),
 ) -> Result:
-    """Time the q4 decode step of ``rows`` sequences with ``ctx`` cached tokens on the revision's
-    kernels ("base") and the working tree's ("tree"), ``pairs`` pairs each (after one warm-up
-    pair)."""
+    """Time the q4 decode step of ``rows`` sequences with ``ctx`` cached tokens, and the prefill
+    of one ``prompts`` token chunk, on the revision's kernels ("base") and the working tree's
+    ("tree"): ``pairs`` pairs each for decode, a tenth of that (at least 5) for prefill, after
+    one warm-up pair."""
     tree = cpu_quant.library()
     if tree is None:
         raise RuntimeError(f"quantized CPU kernels unavailable: {cpu_quant.unavailable_reason()}")
     base = cpu_quant_build.load(source_at(against), strict=False, build=base_build)
     if not hasattr(base, "fluxo_forward_step") and not hasattr(base, "fluxo_decode_step"):
         raise ValueError(f"the kernels at {against!r} have no one-call decode step to time")
-    fw = LlamaForward(model, ctx + 8, "q4")
+    fw = LlamaForward(model, max(ctx, *prompts) + 8, "q4")
     if fw.fused is None:
         raise RuntimeError("this model has no fused q4 decode step (engine/core/quant.py)")
     points = []
@@ -110,28 +132,38 @@ def compare(
         cache.k.normal_(generator=gen)
         cache.v.normal_(generator=gen)
         points.append({"rows": r, **_in_turn(fw, fb, cache, base, tree, pairs)})
+    for n in prompts:
+        cache = fw.new_cache(-(-n // block_size) + 1, block_size)
+        runs = _in_turn(fw, prefill_batch(n), cache, base, tree, max(5, pairs // 10))
+        points.append({"rows": n, "prefill": True, **runs})
     return {
         "against": against,
         "builds": {"base": base_build, "tree": cpu_quant.build_name()},
         "pairs": pairs,
         "ctx": ctx,
         "points": points,
-        "ratios": {f"tree_over_base_step_{p['rows']}_rows": p["ratio_median"] for p in points},
+        "ratios": {
+            f"tree_over_base_{'prefill' if p.get('prefill') else 'step'}_{p['rows']}_rows": p[
+                "ratio_median"
+            ]
+            for p in points
+        },
     }
 
 
 def table(result: Result) -> str:
     rev = result["against"]
     lines = [
-        f"q4 decode step, working tree ({result['builds']['tree']}) vs {rev} "
-        f"({result['builds']['base']}): {result['pairs']} pairs in turn, "
-        f"context {result['ctx']} tokens a row",
-        f"{'rows':>4} {rev + ' ms':>12} {'tree ms':>9} {'tree/base':>9} {'p25':>6} {'p75':>6}"
-        "  identical",
+        f"q4 decode step and prompt chunk, working tree ({result['builds']['tree']}) vs {rev} "
+        f"({result['builds']['base']}): {result['pairs']} pairs in turn (prefill: a tenth), "
+        f"decode context {result['ctx']} tokens a row",
+        f"{'step':>7} {'rows':>4} {rev + ' ms':>12} {'tree ms':>9} {'tree/base':>9}"
+        f" {'p25':>6} {'p75':>6}  identical",
     ]
     for p in result["points"]:
         lines.append(
-            f"{p['rows']:>4} {p['base_ms']:>12.2f} {p['tree_ms']:>9.2f} {p['ratio_median']:>9.3f}"
+            f"{'prefill' if p.get('prefill') else 'decode':>7} {p['rows']:>4}"
+            f" {p['base_ms']:>12.2f} {p['tree_ms']:>9.2f} {p['ratio_median']:>9.3f}"
             f" {p['ratio_p25']:>6.3f} {p['ratio_p75']:>6.3f}  {p['identical']}"
         )
     return "\n".join(lines)

@@ -16,6 +16,7 @@
 #include "../../kernels/cpu_quant.cpp"
 #include "../../kernels/cpu_quant_int8.cpp"
 #include "../../kernels/cpu_quant_tile.cpp"
+#include "../../kernels/cpu_quant_attend.cpp"
 #include "../../kernels/cpu_quant_decode.cpp"
 
 #include <stdio.h>
@@ -131,7 +132,7 @@ static void products() {
 // -- the whole step on a tiny model ----------------------------------------------------------------
 struct Model {
     static constexpr int64_t layers = 2, hidden = 64, heads = 2, kv_heads = 1, head_dim = 64;
-    static constexpr int64_t inter = 96, vocab = 75, max_len = 32, slots = 48;
+    static constexpr int64_t inter = 96, vocab = 75, max_len = 96, slots = 96;
     std::vector<std::vector<uint8_t>> keep;
     std::vector<std::vector<float>> norms;
     std::vector<int64_t> desc;
@@ -173,11 +174,11 @@ struct Rows {  // a step's rows as FusedStep lays them out
     std::vector<int64_t> pos, write, ctx, start, head;
 };
 
-// Run rows `pick` of `all` (whole prompt chunks only) as one step; returns logits and h, and the
-// caches as the step leaves them.
+// Run rows `pick` of `all` as one step; returns logits and h, and the caches as the step leaves
+// them (from the model's, or with `carry` from k and v as a step before left them).
 static void run_step(const Model& m, const Rows& all, const std::vector<int>& pick, int threads,
                      std::vector<float>& logits, std::vector<float>& h, std::vector<float>& k,
-                     std::vector<float>& v) {
+                     std::vector<float>& v, bool carry = false) {
     Rows r;
     for (int i : pick) {
         r.h.insert(r.h.end(), all.h.begin() + i * m.hidden, all.h.begin() + (i + 1) * m.hidden);
@@ -190,7 +191,7 @@ static void run_step(const Model& m, const Rows& all, const std::vector<int>& pi
             if (hr == pick[j]) r.head.push_back((int64_t)j);
     const int64_t dims[7] = {m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.inter, m.vocab};
     const float eps_scale[2] = {1e-5f, 0.125f};
-    k = m.k0, v = m.v0;
+    if (!carry) k = m.k0, v = m.v0;
     logits.assign(r.head.size() * m.vocab, 0.0f);
     fluxo_forward_step(m.desc.data(), dims, eps_scale, r.h.data(), (int64_t)pick.size(), r.pos.data(),
                        m.cos.data(), m.sin.data(), k.data(), v.data(), m.slots * m.kv_heads * m.head_dim,
@@ -241,9 +242,42 @@ static void step() {
     dump("step/logits/alone", alone);
 }
 
+// A prompt of 81 tokens after 6 cached ones: contexts of 7 to 87 keys (two key blocks), 81 rows
+// (ten tiles of 8 and one of 1). Whole, at 2 threads, and in four chunks with the cache carried
+// from one to the next ({6..40}, {41}, {42..85}, {86}: the sampled row alone, through the one-row
+// path): the same logits.
+static void long_prompt() {
+    const Model m;
+    Rows rows;
+    std::vector<int64_t> perm(m.slots);
+    for (int64_t i = 0; i < m.slots; i++) perm[i] = m.slots - 1 - ((i * 37) % m.slots);
+    for (int64_t j = 0; j < 87; j++) rows.ctx.push_back(perm[j]);
+    for (int64_t p = 6; p < 87; p++) {
+        rows.start.push_back(0);
+        rows.pos.push_back(p);
+        rows.write.push_back(rows.ctx[p]);
+    }
+    rows.head.push_back(80);
+    rows.h = floats(81 * m.hidden, -1.0f, 1.0f);
+    std::vector<int> all(81);
+    for (int i = 0; i < 81; i++) all[i] = i;
+    std::vector<float> logits, h, k, v;
+    run_step(m, rows, all, 1, logits, h, k, v);
+    dump("prompt/logits", logits), dump("prompt/k", k), dump("prompt/v", v);
+    run_step(m, rows, all, 2, logits, h, k, v);
+    dump("prompt/logits/t2", logits), dump("prompt/k/t2", k), dump("prompt/v/t2", v);
+    k = m.k0, v = m.v0;
+    for (auto [lo, hi] : {std::pair{0, 35}, {35, 36}, {36, 80}, {80, 81}}) {
+        std::vector<int> part(all.begin() + lo, all.begin() + hi);
+        run_step(m, rows, part, 1, logits, h, k, v, true);
+    }
+    dump("prompt/logits/alone", logits), dump("prompt/k/alone", k), dump("prompt/v/alone", v);
+}
+
 int main() {
     products();
     step();
+    long_prompt();
     printf("openmp 1 %d\n", fluxo_openmp());  // the same "<name> <count> <words>" form
     return 0;
 }
