@@ -142,9 +142,15 @@ def test_roofline_phases_on_smollm2_beside_a_stored_roofline_run(smollm2):
     """Lesson 1's roofline run gains each quantized format's phases at 1 and 8 rows, against its
     own read roof and tile roofs measured now, and the ratios the README quotes."""
     result = _lesson_run()
-    step_phases.roofline_phases(smollm2[0], result, rows=(1, 8), steps=3)
+    step_phases.roofline_phases(smollm2[0], result, rows=(1, 8), steps=3, prompts=(16, 40))
     ph = result["phases"]
-    assert set(ph) == {"int8_threads", "roofs", "q4", "q8"}
+    assert set(ph) == {"int8_threads", "roofs", "q4", "q8", "q4_prefill", "q8_prefill"}
+    for w in ("q4", "q8"):  # a prompt chunk per token: its phases add up below its step
+        assert [p["rows"] for p in ph[f"{w}_prefill"]] == [16, 40]
+        for p in ph[f"{w}_prefill"]:
+            assert sum(p["phases_ms_per_token"].values()) <= p["ms_per_token"] * (1 + 1e-9)
+            assert 0 < p["fraction_of_floor"] <= 1.0 and 0 < p["products_fraction_of_int8_roof"]
+            assert f"{w}_prefill_{p['rows']}_fraction_of_int8_roof" in result["ratios"]
     for w in ("q4", "q8"):
         assert [p["rows"] for p in ph[w]] == [1, 8]
         for p in ph[w]:
@@ -153,7 +159,7 @@ def test_roofline_phases_on_smollm2_beside_a_stored_roofline_run(smollm2):
         for key in ("products_fraction_of_tile_roof", "fraction_ceiling"):
             assert f"{w}_{key}_8_rows" in result["ratios"]
     assert result["ratios"]["int8_roof_all_threads_over_one"] > 0
-    assert "ceiling" in step_phases.table(result)
+    assert "ceiling" in step_phases.table(result) and "ms/token" in step_phases.table(result)
 
 
 def test_roofline_phases_skip_without_an_int8_roof():

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from engine.core.metrics import median
+from engine.lab.kernel_ab import prefill_batch
 from engine.lab.roofline import decode_batch, shape_of
 from engine.lab.roofline_model import step_bytes
 from kernels import cpu_quant
@@ -57,10 +58,16 @@ def tile_roofs(reps: int = 5) -> dict[str, float]:
     }
 
 
-def measure(fw, rows: int, ctx: int = 128, steps: int = 40, block_size: int = 16) -> Result:
-    """``steps`` fused decode steps of ``rows`` rows with ``ctx`` cached tokens each: the step's
-    median wall time and each phase's mean seconds a step (averaged over the threads)."""
-    fb, blocks = decode_batch(rows, ctx, block_size)
+def measure(
+    fw, rows: int, ctx: int = 128, steps: int = 40, block_size: int = 16, prefill: bool = False
+) -> Result:
+    """``steps`` fused decode steps of ``rows`` rows with ``ctx`` cached tokens each (``prefill``:
+    one prompt chunk of ``rows`` tokens from position 0 instead): the step's median wall time and
+    each phase's mean seconds a step (averaged over the threads)."""
+    if prefill:
+        fb, blocks = prefill_batch(rows), -(-rows // block_size)
+    else:
+        fb, blocks = decode_batch(rows, ctx, block_size)
     cache = fw.new_cache(blocks + 1, block_size)
     gen = torch.Generator().manual_seed(0)
     cache.k.normal_(generator=gen)
@@ -129,6 +136,30 @@ def against_roofs(point: Result, fw, weights: str, ctx: int, roofs: Result) -> R
     return point
 
 
+def prefill_against_roofs(point: Result, fw, weights: str, roofs: Result) -> Result:
+    """A prompt chunk's ``point`` (``measure(..., prefill=True)``) per prompt token, against the
+    int8 roof (``roofs["int8"]``, G ops/s) and the read roof: ``floor_ms_per_token`` is the
+    layers' multiply-adds at the int8 roof or the weights read once a chunk, whichever is slower;
+    attention, the head (one row) and the rest are left out of it."""
+    n, ph = point["rows"], point["phases_ms"]
+    layer_macs, _ = _macs(fw)
+    shape = shape_of(fw, weights)
+    int8_ms = 2 * layer_macs / (roofs["int8"] * 1e6)  # a token's products at the int8 roof
+    read_ms = shape.weight_bytes / (roofs["read_gbs"] * 1e6) / n
+    products_gops = 2 * n * layer_macs / (ph["products"] * 1e6)
+    point.update(
+        {
+            "ms_per_token": point["mean_step_ms"] / n,
+            "phases_ms_per_token": {k: v / n for k, v in ph.items()},
+            "products_gops": products_gops,
+            "products_fraction_of_int8_roof": products_gops / roofs["int8"],
+            "floor_ms_per_token": max(int8_ms, read_ms),
+            "fraction_of_floor": max(int8_ms, read_ms) / (point["mean_step_ms"] / n),
+        }
+    )
+    return point
+
+
 def int8_thread_scaling(reps: int = 3) -> Result:
     """The int8 roof on one thread and on all of torch's threads, best of ``reps`` each, taken in
     turn (G int8 ops/s, 2 per multiply-add)."""
@@ -145,15 +176,21 @@ def int8_thread_scaling(reps: int = 3) -> Result:
     }
 
 
-def roofline_phases(model, result: Result, rows: tuple[int, ...] = (1, 8), steps: int = 40) -> None:
+def roofline_phases(
+    model,
+    result: Result,
+    rows: tuple[int, ...] = (1, 8),
+    steps: int = 40,
+    prompts: tuple[int, ...] = (16, 64, 256, 512),
+) -> None:
     """Beside a ``roofline`` result: each fused quantized format's step phases at ``rows``, against
-    the run's read roof and the tile roofs (measured here, in turn with the int8 roof), and the int8
+    the run's read roof and the tile roofs (measured here, in turn with the int8 roof), a prompt
+    chunk of each of ``prompts`` tokens per token against the int8 and read roofs, and the int8
     roof's thread scaling; ``{"skipped": why}`` where the quantized kernels do not build or the run
     measured no int8 roof."""
     from engine.core import device
-    from engine.core.llama import LlamaForward
 
-    m, ctx = result["machine"], result["ctx"]
+    m = result["machine"]
     if not cpu_quant.available() or not m.get("int8"):
         result["phases"] = {"skipped": "no quantized CPU kernels here"}
         return
@@ -163,22 +200,43 @@ def roofline_phases(model, result: Result, rows: tuple[int, ...] = (1, 8), steps
     }
     out: Result = {"int8_threads": device.run(int8_thread_scaling), "roofs": roofs}
     for w in ("q4", "q8"):
-        if w not in result["formats"]:
-            continue
-        fw = device.run(LlamaForward, model, ctx + 2, w)
-        if fw.fused is None:
-            continue
-        out[w] = [
-            against_roofs(device.run(measure, fw, r, ctx, steps), fw, w, ctx, roofs) for r in rows
-        ]
-        for p in out[w]:
-            n = "1_row" if p["rows"] == 1 else f"{p['rows']}_rows"
-            for key in ("products_fraction_of_tile_roof", "fraction_ceiling"):
-                result["ratios"][f"{w}_{key}_{n}"] = p[key]
+        if w in result["formats"]:
+            _format_phases(model, w, result, out, (rows, prompts), steps)
     for fmt in ("q4_1", "q8_0"):
         result["ratios"][f"{fmt}_tile_roof_over_int8_roof"] = roofs["tiles"][f"{fmt}_over_int8"]
     result["ratios"]["int8_roof_all_threads_over_one"] = out["int8_threads"]["all_over_one"]
     result["phases"] = out
+
+
+def _format_phases(
+    model, w: str, result: Result, out: Result, shapes: tuple[tuple[int, ...], ...], steps: int
+) -> None:
+    """``roofline_phases`` for one weight format: ``out[w]`` the decode steps at ``rows``,
+    ``out[w + "_prefill"]`` the prompt chunks, and their ratios into ``result``."""
+    from engine.core import device
+    from engine.core.llama import LlamaForward
+
+    (rows, prompts), ctx, roofs = shapes, result["ctx"], out["roofs"]
+    fw = device.run(LlamaForward, model, max(ctx, *prompts) + 2, w)
+    if fw.fused is None:
+        return
+    out[w] = [
+        against_roofs(device.run(measure, fw, r, ctx, steps), fw, w, ctx, roofs) for r in rows
+    ]
+    for p in out[w]:
+        n = "1_row" if p["rows"] == 1 else f"{p['rows']}_rows"
+        for key in ("products_fraction_of_tile_roof", "fraction_ceiling"):
+            result["ratios"][f"{w}_{key}_{n}"] = p[key]
+    prefill_roofs = {"int8": roofs["tiles"]["int8"], "read_gbs": roofs["read_gbs"]}
+    out[f"{w}_prefill"] = [
+        prefill_against_roofs(
+            device.run(measure, fw, n, ctx, max(3, steps // 8), prefill=True), fw, w, prefill_roofs
+        )
+        for n in prompts
+    ]
+    for p in out[f"{w}_prefill"]:
+        key = f"{w}_prefill_{p['rows']}_fraction_of_int8_roof"
+        result["ratios"][key] = p["products_fraction_of_int8_roof"]
 
 
 def table(result: Result) -> str:
@@ -212,7 +270,29 @@ def table(result: Result) -> str:
         "  (phases: ms a step, mean of the threads; floor: the products at their tile roofs and "
         "attention at the read roof,\n   nothing else; ceiling: the read roof's share at the floor)"
     )
-    return "\n".join(lines)
+    return "\n".join(lines + _prefill_lines(ph))
+
+
+def _prefill_lines(ph: Result) -> list[str]:
+    """The prompt chunks' lines: ms per prompt token, by phase, against the int8 roof."""
+    lines = [
+        f"{'weights':<8}{'prompt':>7}{'ms/token':>9}"
+        + "".join(f"{n:>11}" for n in cpu_quant.PHASES)
+        + f"{'prod G ops/s':>13}{'of int8':>8}{'floor':>7}{'of floor':>9}"
+    ]
+    for w in ("q4", "q8"):
+        for p in ph.get(f"{w}_prefill", []):
+            lines.append(
+                f"{w:<8}{p['rows']:>7}{p['ms_per_token']:>9.3f}"
+                + "".join(f"{p['phases_ms_per_token'][n]:>11.3f}" for n in cpu_quant.PHASES)
+                + f"{p['products_gops']:>13.0f}{p['products_fraction_of_int8_roof']:>8.2f}"
+                f"{p['floor_ms_per_token']:>7.3f}{p['fraction_of_floor']:>9.2f}"
+            )
+    lines.append(
+        "  (a prompt chunk from position 0, ms per prompt token; floor: the layers' products at "
+        "the int8 roof, or the weights\n   read once a chunk at the read roof if slower)"
+    )
+    return lines if len(lines) > 2 else []
 
 
 def phases(model, tok=None, rows: tuple[int, ...] = (1, 8), steps: int = 60) -> Result:
