@@ -140,6 +140,17 @@ def test_the_preflight_visits_what_the_claims_name() -> None:
     assert preflight.verdicts(one, run)["verdict"] == "shows"
     eight = preflight.visits(load(lesson_dir(8) / "scenario.toml"))
     assert preflight.verdicts(eight, {"rows": []})["verdict"] == "no_claim"
+    # a window that saw nothing is measured again, longer; a weak or absent effect is not
+    assert not preflight.unmeasured(p)
+    del run["rows"][1]["summary"]["throughput"]
+    nothing = preflight.verdicts(one, run)
+    assert nothing["verdict"] == "none" and preflight.unmeasured(nothing)
+    run["rows"][1]["summary"]["throughput"] = 100.0
+    assert not preflight.unmeasured(preflight.verdicts(one, run))
+    p["offered"] = {"load": 0.4, "rate": 0.38, "capacity": 0.94}
+    text = preflight.line(11, "Write your own scheduler", p | {"seconds": 30.0})
+    assert "0.38 requests/s here (capacity 0.94), windows of 30 s" in text
+    assert "windows of" not in preflight.line(1, "x", p)
 
 
 def test_a_live_claim_must_name_the_lessons_settings() -> None:
