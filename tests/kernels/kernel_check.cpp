@@ -132,7 +132,7 @@ static void products() {
 // -- the whole step on a tiny model ----------------------------------------------------------------
 struct Model {
     static constexpr int64_t layers = 2, hidden = 64, heads = 2, kv_heads = 1, head_dim = 64;
-    static constexpr int64_t inter = 96, vocab = 75, max_len = 96, slots = 96;
+    static constexpr int64_t inter = 96, vocab = 75, max_len = 160, slots = 160;
     std::vector<std::vector<uint8_t>> keep;
     std::vector<std::vector<float>> norms;
     std::vector<int64_t> desc;
@@ -242,32 +242,32 @@ static void step() {
     dump("step/logits/alone", alone);
 }
 
-// A prompt of 81 tokens after 6 cached ones: contexts of 7 to 87 keys (two key blocks), 81 rows
-// (ten tiles of 8 and one of 1). Whole, at 2 threads, and in four chunks with the cache carried
-// from one to the next ({6..40}, {41}, {42..85}, {86}: the sampled row alone, through the one-row
-// path): the same logits.
+// A prompt of 145 tokens after 6 cached ones: contexts of 7 to 151 keys (three key blocks), 145
+// rows (eighteen attention tiles of 8 and one of 1). Whole, at 2 threads, and in four chunks with
+// the cache carried from one to the next ({6..40}, {41}, {42..149}, {150}: the sampled row alone,
+// through the one-row path): the same logits.
 static void long_prompt() {
     const Model m;
     Rows rows;
     std::vector<int64_t> perm(m.slots);
     for (int64_t i = 0; i < m.slots; i++) perm[i] = m.slots - 1 - ((i * 37) % m.slots);
-    for (int64_t j = 0; j < 87; j++) rows.ctx.push_back(perm[j]);
-    for (int64_t p = 6; p < 87; p++) {
+    for (int64_t j = 0; j < 151; j++) rows.ctx.push_back(perm[j]);
+    for (int64_t p = 6; p < 151; p++) {
         rows.start.push_back(0);
         rows.pos.push_back(p);
         rows.write.push_back(rows.ctx[p]);
     }
-    rows.head.push_back(80);
-    rows.h = floats(81 * m.hidden, -1.0f, 1.0f);
-    std::vector<int> all(81);
-    for (int i = 0; i < 81; i++) all[i] = i;
+    rows.head.push_back(144);
+    rows.h = floats(145 * m.hidden, -1.0f, 1.0f);
+    std::vector<int> all(145);
+    for (int i = 0; i < 145; i++) all[i] = i;
     std::vector<float> logits, h, k, v;
     run_step(m, rows, all, 1, logits, h, k, v);
     dump("prompt/logits", logits), dump("prompt/k", k), dump("prompt/v", v);
     run_step(m, rows, all, 2, logits, h, k, v);
     dump("prompt/logits/t2", logits), dump("prompt/k/t2", k), dump("prompt/v/t2", v);
     k = m.k0, v = m.v0;
-    for (auto [lo, hi] : {std::pair{0, 35}, {35, 36}, {36, 80}, {80, 81}}) {
+    for (auto [lo, hi] : {std::pair{0, 35}, {35, 36}, {36, 144}, {144, 145}}) {
         std::vector<int> part(all.begin() + lo, all.begin() + hi);
         run_step(m, rows, part, 1, logits, h, k, v, true);
     }
