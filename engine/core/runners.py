@@ -128,12 +128,12 @@ def step_async(engine: StepEngine) -> Record | None:
     """Prepare N+1 while N executes, launch it behind N, then finish N."""
     prev = engine.inflight
     work = engine.prepare()
-    if prev is None:
+    if prev is None:  # nothing in flight: launch this one, and prepare the next behind it now
         if work is None:
             return None
         launch(engine, work, None)
-        engine.inflight = work
-        return step_async(engine)  # nothing to finish yet: prepare the next one right away
+        prev = engine.inflight = work
+        work = engine.prepare()
     try:
         tokens = land(engine, prev)
     except Exception as exc:  # noqa: BLE001

@@ -23,12 +23,12 @@ from engine.core import cost_model as costs
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
 from engine.core.policy import registry
-from engine.core.policy.base import Policy
+from engine.core.policy.base import HOOKS, Policy, own_hooks
 from engine.core.policy.check import Guard, check_admit, check_budget, check_prefill, check_victim
 from engine.core.policy.view import View, running_view, waiting_view
 from engine.core.sequence import Sequence, Status
 
-HOOKS = ("token_budget", "prefill_tokens", "preempt", "admit")
+__all__ = ["HOOKS", "ScheduledBatch", "Scheduler", "ThisStep"]
 
 
 @dataclass(slots=True)
@@ -52,34 +52,44 @@ class ScheduledBatch:
         return bool(self.items or self.dead)
 
 
+@dataclass(slots=True)
+class ThisStep:
+    """One step's decisions in the making, handed from one part of ``schedule`` to the next."""
+
+    now: float  # the engine's clock as the step is scheduled (the views' ``now``)
+    guard: Guard  # asks the policy, checks its answers, keeps its refusals
+    gang: bool  # the policy's ``batch``: admission waits for the batch to close, dead slots stay
+    batch: ScheduledBatch  # what the step computes, built as the decisions are carried out
+    # prefix-cache keys of full blocks the step in flight or this one computes (see Scheduler)
+    in_flight: set[int]
+    budget: int | None = None  # the policy's token budget; None: no limit
+    left: int = 1 << 30  # tokens the budget still allows
+
+
 class Scheduler:
     def __init__(self, config: EngineConfig, blocks: BlockManager) -> None:
         self.config = config
         self.blocks = blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order; includes static dead slots
-        self.batch_open = False  # static: a batch is in flight
+        self.batch_open = False  # a gang policy's (static's) batch is in flight
         self._tick = 0
         # Prefix cache: keys of full blocks the last scheduled step computes (findable once it has
-        # finished), and those of this step so far. A flowing admission whose next block is among
-        # them waits a step and takes it from the cache instead of computing it a second time.
+        # finished). A flowing admission whose next block is among them, or among this step's
+        # (``ThisStep.in_flight``), waits a step and takes it from the cache instead of computing
+        # it a second time.
         self._computing: set[int] = set()
-        self._pending: set[int] = set()
         self.cost_model: costs.CostModel | None = None  # the engine's, priced for the views
         # one instance per policy name (a policy may keep state), and the hooks it overrides
         self._policies: dict[str, tuple[Policy, frozenset[str]]] = {}
-        self._guard = Guard(Policy())
-        self._now = 0.0
-        self._batch = False
 
     def policy(self) -> tuple[Policy, frozenset[str]]:
-        """The configured policy and the hooks it overrides (the others are decided inline)."""
+        """The configured policy and the hooks it overrides (the others are ``Policy``'s)."""
         name = self.config.policy
         found = self._policies.get(name)
         if found is None:
             cls = registry.get(name)
-            hooks = frozenset(h for h in HOOKS if getattr(cls, h) is not getattr(Policy, h))
-            found = self._policies[name] = (cls(), hooks)
+            found = self._policies[name] = (cls(), own_hooks(cls))
         return found
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -127,25 +137,42 @@ class Scheduler:
 
     # -- one step --------------------------------------------------------------------------
     def schedule(self, now: float) -> ScheduledBatch:
+        """Every policy's step, its hooks asked in order (``engine/core/policy/base.py``): the
+        budget, the running sequences, the queue. A gang policy's batch closes when its last live
+        member has ended, and nobody is admitted while it is open."""
         self._tick += 1
         if self.blocks.caching != self.config.prefix_cache:  # a live switch: off forgets every key
             self.blocks.set_caching(self.config.prefix_cache)
-        batch = ScheduledBatch()
-        self._pending = (
-            {k for k in self._computing if k not in self.blocks._by_key}
-            if self.blocks.caching
-            else set()
+        policy, own = self.policy()
+        st = ThisStep(
+            now, Guard(policy, own), policy.batch, ScheduledBatch(), self._keys_in_flight()
         )
-        policy, hooks = self.policy()
-        self._guard, self._now, self._batch = Guard(policy), now, policy.batch
-        if policy.batch:
-            self._schedule_static(batch, hooks)
-        else:
-            budget = None
-            if "token_budget" in hooks:
-                budget = self._ask("token_budget", None, (), check_budget, ())
-            self._schedule_flowing(batch, budget, hooks)
-        batch.errors, batch.decided = self._guard.errors, self._guard.decided
+        if st.gang and self.batch_open and not self.live():
+            for seq in list(self.running):  # the whole batch ended: it closes, all KV comes back
+                self._drop(seq)
+            self.batch_open = False
+        st.budget = self._ask(st, "token_budget", None, (), check_budget, ())
+        st.left = st.budget if st.budget is not None else st.left
+        self._serve_running(st)
+        # after a preemption the pool is dry: admitting now would only preempt again
+        if not st.batch.preempted and not (st.gang and self.batch_open):
+            self._admit_waiting(st)
+            self.batch_open = st.gang and bool(self.running)
+        return self._close(st)
+
+    def _keys_in_flight(self) -> set[int]:
+        if not self.blocks.caching:
+            return set()
+        return {k for k in self._computing if k not in self.blocks._by_key}
+
+    def _close(self, st: ThisStep) -> ScheduledBatch:
+        """The step's batch as decided: its dead slots, the policy's refusals, the spans the
+        prefix cache registers once it has been computed."""
+        batch = st.batch
+        # Dead slots ride along with live work; a step of nothing but dead slots (async: every live
+        # member's last token already in flight) would be a forward thrown away whole.
+        batch.dead = [s for s in self.running if s.dead] if batch.items else []
+        batch.errors, batch.decided = st.guard.errors, st.guard.decided
         for seq, n in batch.items:
             seq.computed_prompt_tokens += max(0, min(n, seq.prefill_end - seq.num_computed))
             batch.spans.append((seq, seq.block_table, seq.num_computed + n))
@@ -169,7 +196,7 @@ class Scheduler:
                 self.blocks.register(seq, upto)
 
     # -- asking the policy ----------------------------------------------------------------
-    def _view(self, tokens_left: int | None) -> View:
+    def _view(self, now: float, tokens_left: int | None) -> View:
         cfg = self.config
         limits = (
             max(0, cfg.max_slots - len(self.running)),
@@ -180,11 +207,11 @@ class Scheduler:
             cfg.fill_timeout_s,
         )
         return View(
-            self._now, tuple(self.waiting), self.live(), limits, tokens_left, self._price, self._itl
+            now, tuple(self.waiting), self.live(), limits, tokens_left, self._price, self._itl
         )
 
-    def _ask(self, hook: str, left: int | None, args: tuple, check, extra: tuple):
-        return self._guard.call(hook, self._view(left), args, check, extra)
+    def _ask(self, st: ThisStep, hook: str, left: int | None, args: tuple, check, extra: tuple):
+        return st.guard.call(hook, self._view(st.now, left), args, check, extra)
 
     def _price(self, tokens: int, rows: int, pairs: int) -> float | None:
         model = self.cost_model
@@ -206,26 +233,55 @@ class Scheduler:
         )
 
     # -- carrying decisions out ------------------------------------------------------------
-    def _grow_or_preempt(
-        self, seq: Sequence, target: int, batch: ScheduledBatch, hooks: frozenset[str]
-    ) -> bool:
+    def _serve_running(self, st: ThisStep) -> None:
+        """Running sequences first (decodes before prefill chunks), so admission never starves
+        them; the least recently served first, so a budget smaller than the decodes rotates
+        among them. Each prefilling one computes what ``prefill_tokens`` says."""
+        for seq in sorted(self.live(), key=lambda s: (s.pending > 1, s.last_served)):
+            if seq not in self.running or st.left <= 0 or self._complete(seq):
+                continue
+            n = min(seq.pending, st.left)
+            if seq.pending > 1:
+                left = st.left if st.budget is not None else None
+                args = (running_view(seq),)
+                n = self._ask(st, "prefill_tokens", left, args, check_prefill, (seq.pending,))
+            if self._grow_or_preempt(st, seq, seq.num_computed + n):
+                st.batch.items.append((seq, n))
+                seq.last_served = self._tick
+                st.left -= n
+
+    def _grow_or_preempt(self, st: ThisStep, seq: Sequence, target: int) -> bool:
         """Make room for ``seq`` to hold ``target`` tokens, preempting running sequences (the
         policy's ``preempt`` picks; by default the newest)."""
         while not self.blocks.can_grow(seq, target):
-            victims = [
-                s for s in self.live() if s is not seq and s not in (i[0] for i in batch.items)
-            ]
-            victim = victims[-1] if victims else seq
-            if victims and "preempt" in hooks:
+            served = [i[0] for i in st.batch.items]
+            victims = [s for s in self.live() if s is not seq and s not in served]
+            victim = seq
+            if victims:
                 ids = tuple(v.id for v in victims)
                 args = (tuple(map(running_view, victims)),)
-                pick = self._ask("preempt", None, args, check_victim, (ids,))
+                pick = self._ask(st, "preempt", None, args, check_victim, (ids,))
                 victim = victims[ids.index(pick)]
-            self._preempt(victim, batch)
+            self._preempt(victim, st.batch)
             if victim is seq:
                 return False
         self.blocks.grow(seq, target)
         return True
+
+    def _admit_waiting(self, st: ThisStep) -> None:
+        """The queue, in the order ``admit`` names (at most the free slots), while a slot, KV and
+        the budget allow: the first that does not fit stops admission for this step."""
+        if not self.waiting or st.left <= 0 or len(self.running) >= self.config.max_slots:
+            return  # nothing to admit, or nowhere to put it: the policy is not asked
+        by_id = {s.id: s for s in self.waiting}
+        left = st.left if st.budget is not None else None
+        ids = self._ask(st, "admit", left, (), check_admit, (by_id.keys(),))
+        for seq in [by_id[i] for i in ids]:
+            if st.left <= 0 or len(self.running) >= self.config.max_slots:
+                break
+            if not self._admit(st, seq):
+                break
+            st.left -= st.batch.items[-1][1]
 
     def _admit_target(self, seq: Sequence, cached: int, first_chunk: int) -> int:
         if self.config.kv_layout == "reserved":
@@ -236,22 +292,25 @@ class Scheduler:
         taken = {s.slot for s in self.running}
         return next(i for i in range(len(self.running) + 1) if i not in taken)
 
-    def _admit(self, batch: ScheduledBatch, seq: Sequence, chunk: int | None, ask: bool) -> bool:
-        """Try to admit waiting ``seq`` with ``chunk`` prefill tokens (None = all of them; ``ask``:
-        the policy's ``prefill_tokens`` says how many, within ``chunk``)."""
+    def _admit(self, st: ThisStep, seq: Sequence) -> bool:
+        """Try to admit waiting ``seq``: the full blocks it shares with the prefix cache, then
+        the prefill tokens ``prefill_tokens`` says (within the budget left)."""
         hits, keys = self.blocks.match(seq)
-        if not self._batch and self._pending:
+        if not st.gang and st.in_flight:
             # Its next block is being computed by a step in flight or by this one: wait a step.
             ahead = self.blocks.keys_ahead(
                 seq, keys, min(seq.num_tokens - 1, (len(keys) + 1) * self.blocks.block_size)
             )
-            if ahead and ahead[0] in self._pending:
+            if ahead and ahead[0] in st.in_flight:
                 return False
         cached = len(hits) * self.blocks.block_size
         pending = seq.num_tokens - cached
-        n = pending if chunk is None else min(chunk, pending)
-        if ask and pending > 1:
-            n = self._ask("prefill_tokens", chunk, (waiting_view(seq),), check_prefill, (pending,))
+        left = st.left if st.budget is not None else None
+        n = pending if left is None else min(left, pending)
+        if pending > 1:
+            n = self._ask(
+                st, "prefill_tokens", left, (waiting_view(seq),), check_prefill, (pending,)
+            )
         target = self._admit_target(seq, cached, n)
         if not self.blocks.can_admit(hits, target):
             return False
@@ -263,74 +322,12 @@ class Scheduler:
         seq.num_computed = cached
         seq.cached_tokens += cached
         seq.prefill_end = seq.num_tokens
-        batch.prefix_hits[seq.id] = cached
-        if self.blocks.caching and not self._batch:
-            self._pending.update(self.blocks.keys_ahead(seq, keys, cached + n))
+        st.batch.prefix_hits[seq.id] = cached
+        if self.blocks.caching and not st.gang:
+            st.in_flight.update(self.blocks.keys_ahead(seq, keys, cached + n))
         seq.slot = self._free_slot()
         seq.status = Status.RUNNING
         self.running.append(seq)
-        batch.admitted.append(seq)
-        batch.items.append((seq, n))
+        st.batch.admitted.append(seq)
+        st.batch.items.append((seq, n))
         return True
-
-    def _admission_order(self, hooks: frozenset[str], left: int | None) -> list[Sequence] | None:
-        """The policy's ``admit`` answer as sequences; None: the queue's own order."""
-        if "admit" not in hooks:
-            return None
-        by_id = {s.id: s for s in self.waiting}
-        ids = self._ask("admit", left, (), check_admit, (by_id.keys(),))
-        return [by_id[i] for i in ids]
-
-    def _schedule_flowing(
-        self, batch: ScheduledBatch, budget: int | None, hooks: frozenset[str]
-    ) -> None:
-        left = budget if budget is not None else 1 << 30
-        ask = "prefill_tokens" in hooks
-        # Running sequences first (decodes before prefill chunks), so admission never starves them;
-        # the least recently served first, so a budget smaller than the decodes rotates among them.
-        for seq in sorted(self.live(), key=lambda s: (s.pending > 1, s.last_served)):
-            if seq not in self.running or left <= 0 or self._complete(seq):
-                continue
-            n = min(seq.pending, left)
-            if ask and seq.pending > 1:
-                tokens_left = left if budget is not None else None
-                args = (running_view(seq),)
-                n = self._ask("prefill_tokens", tokens_left, args, check_prefill, (seq.pending,))
-            if self._grow_or_preempt(seq, seq.num_computed + n, batch, hooks):
-                batch.items.append((seq, n))
-                seq.last_served = self._tick
-                left -= n
-        if batch.preempted:
-            return  # the pool is dry: admitting now would only preempt again
-        order = None
-        if self.waiting and left > 0:
-            order = self._admission_order(hooks, left if budget is not None else None)
-        while left > 0 and len(self.running) < self.config.max_slots:
-            if order is None and not self.waiting or order == []:
-                break
-            seq = self.waiting[0] if order is None else order.pop(0)
-            if not self._admit(batch, seq, left if budget is not None else None, ask):
-                break
-            left -= batch.items[-1][1]
-
-    def _schedule_static(self, batch: ScheduledBatch, hooks: frozenset[str]) -> None:
-        if self.batch_open and not self.live():
-            for seq in list(self.running):  # the whole batch ended: it closes, all KV comes back
-                self._drop(seq)
-            self.batch_open = False
-        if not self.batch_open:
-            for seq in self._admission_order(hooks, None) or []:  # static: only when ready
-                if len(self.running) >= self.config.max_slots or not self._admit(
-                    batch, seq, None, False
-                ):
-                    break
-            self.batch_open = bool(self.running)
-            return
-        for seq in self.live():
-            if seq not in self.running or self._complete(seq):
-                continue
-            if self._grow_or_preempt(seq, seq.num_computed + seq.pending, batch, hooks):
-                batch.items.append((seq, seq.pending))
-        # Dead slots ride along with live work; a step of nothing but dead slots (async: every live
-        # member's last token already in flight) would be a forward thrown away whole.
-        batch.dead = [s for s in self.running if s.dead] if batch.items else []

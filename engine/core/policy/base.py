@@ -10,9 +10,12 @@ The engine calls them in this order every step (``engine/core/scheduler.py``):
    ``pending``).
 3. When a running request needs a KV block and none is free, ``preempt(view, candidates)`` names
    the running request sent back to the queue (its KV is recomputed when it is admitted again).
-4. ``admit(view)``: the ids of waiting requests to admit, in order, at most ``view.free_slots``.
+4. ``admit(view)``: the ids of waiting requests to admit, in order, at most ``view.free_slots``
+   (asked when a request waits and a slot is free; under ``batch``, only while no batch is open).
    The engine admits them one after the other while KV and the budget allow, stopping at the
    first that does not fit; each admitted prompt gets ``prefill_tokens`` too.
+
+Every hook is asked every step; one a policy does not override answers with the default below.
 
 The engine, never the policy, hands out slots and blocks, so no decision can overdraw them; every
 decision is checked (``engine/core/policy/check.py``) and one that breaks a rule, raises, or
@@ -28,6 +31,8 @@ from typing import ClassVar
 
 from engine.core.policy.view import Running, View, Waiting
 
+HOOKS = ("token_budget", "prefill_tokens", "preempt", "admit")  # in the order a step asks them
+
 
 class Policy:
     """Subclass it, give it a ``name``, override a hook or two. One instance per engine, so it may
@@ -41,7 +46,8 @@ class Policy:
     # refused. The engine cannot interrupt a hook: a slow one still delays its step, and one that
     # never returns stops the engine (policies are local code).
     time_limit_s: ClassVar[float] = 0.02
-    # The built-ins: decided inline, never timed (they are the fallback).
+    # The built-ins: never timed (they are the fallback). A hook a policy does not override is
+    # ``Policy``'s own, asked like the others and never timed either.
     trusted: ClassVar[bool] = False
 
     def token_budget(self, view: View) -> int | None:
@@ -63,3 +69,8 @@ class Policy:
         """Ids of waiting requests to admit now, in order, at most ``view.free_slots``.
         Default: the queue's order (first come, first served)."""
         return [w.id for w in view.waiting[: view.free_slots]]
+
+
+def own_hooks(cls: type[Policy]) -> frozenset[str]:
+    """The hooks ``cls`` answers itself: those it overrides (the others are ``Policy``'s)."""
+    return frozenset(h for h in HOOKS if getattr(cls, h) is not getattr(Policy, h))

@@ -34,7 +34,7 @@ from typing import Any
 
 from engine.core.errors import PolicyError
 from engine.core.numbers import is_int
-from engine.core.policy.base import Policy
+from engine.core.policy.base import Policy, own_hooks
 from engine.core.policy.view import View
 
 MAX_BUDGET = 1 << 16
@@ -170,10 +170,11 @@ def check_admit(value: Any, view: View, waiting: set[int]) -> list[int]:
 class Guard:
     """Calls one policy's hooks for one step and keeps the refusals."""
 
-    __slots__ = ("policy", "fallen", "errors", "decided")
+    __slots__ = ("policy", "own", "fallen", "errors", "decided")
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, own: frozenset[str] | None = None) -> None:
         self.policy = policy
+        self.own = own_hooks(type(policy)) if own is None else own  # the hooks it overrides
         self.fallen = False  # a hook was refused: the rest of the step is the continuous policy's
         self.errors: list[dict[str, Any]] = []
         self.decided: list[str] = []  # hooks whose answer this step was the policy's own, in order
@@ -182,8 +183,9 @@ class Guard:
         self, hook: str, view: View, args: tuple, check: Callable[..., Any], extra: tuple
     ) -> Any:
         """``check(policy.<hook>(view, *args), view, *extra)``: the policy's answer, checked; the
-        continuous policy's once this step has fallen back or this answer is refused."""
-        policy = DEFAULTS if self.fallen else self.policy
+        continuous policy's where the policy does not override the hook (untimed: it is the
+        defaults' code), once this step has fallen back, or when this answer is refused."""
+        policy = DEFAULTS if self.fallen or hook not in self.own else self.policy
         if policy.trusted or policy is DEFAULTS:
             return check(getattr(policy, hook)(view, *args), view, *extra)
         try:
