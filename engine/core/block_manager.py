@@ -202,6 +202,10 @@ class BlockManager:
             parent = key
         return blocks, keys
 
+    def findable(self, key: int) -> bool:
+        """A full block is registered under ``key``: an admission can take it from the cache."""
+        return key in self._by_key
+
     def keys_ahead(self, seq: Sequence, keys: list[int], upto: int) -> list[int]:
         """Keys of ``seq``'s full blocks after the first ``len(keys)`` (whose keys those are), up to
         token ``upto``, stopping at a placeholder: the blocks a step is about to compute."""

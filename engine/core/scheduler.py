@@ -163,7 +163,7 @@ class Scheduler:
     def _keys_in_flight(self) -> set[int]:
         if not self.blocks.caching:
             return set()
-        return {k for k in self._computing if k not in self.blocks._by_key}
+        return {k for k in self._computing if not self.blocks.findable(k)}
 
     def _close(self, st: ThisStep) -> ScheduledBatch:
         """The step's batch as decided: its dead slots, the policy's refusals, the spans the
