@@ -28,22 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.core.config import RUNNERS
+from engine.core import schema
 from engine.core.errors import FluxoError
 from engine.core.metrics import summarize
-from engine.core.records import LANES, PHASES, SlotRecord, StepRecord
-from engine.core.scheduler import HOOKS
+from engine.core.records import StepRecord
 from engine.core.sequence import Status
 
 FORMAT, VERSION = "fluxo-recording", 1
 MAX_BYTES = 64 << 20  # a 64 MB export is ~60,000 step records: more than any class shows
-# What a step record must hold to be replayed: every field of the record contract
-# (engine/core/records.py) but those the engine wrote later, which older recordings lack (the views
-# read them with a default). A field added to StepRecord is required here unless listed.
-LATER_STEP_FIELDS = ("admitted_cached", "cached_tokens", "expected_s", "decided")
-STEP_FIELDS = tuple(f for f in StepRecord.__annotations__ if f not in LATER_STEP_FIELDS)
 REQUEST_FIELDS = ("id", "arrival", "status")
-SLOT_FIELDS = tuple(SlotRecord.__annotations__)  # every field of a slot
 DEFAULT_RUN = "recorded"
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 
@@ -85,15 +78,6 @@ class Recording:
 # -- field by field ------------------------------------------------------------------------------
 BIG = 10**12  # bound of every count and id
 STATUSES = tuple(s.value for s in Status)
-KV_FIELDS = (
-    "blocks_total",
-    "blocks_used",
-    "tokens_stored",
-    "tokens_allocated",
-    "blocks_shared",
-    "blocks_cached",
-)
-KV_NEEDED = ("blocks_total", "tokens_stored", "tokens_allocated")  # the headline reads these
 NAME = re.compile(r"[A-Za-z0-9_.:-]{0,64}")  # run names, request clients, config keys
 MAX_TEXT = 300  # labels, titles, errors, event words
 
@@ -130,22 +114,10 @@ def _text(v: object, n: int, where: str, none: bool = False, limit: int = MAX_TE
     return v
 
 
-def _name(v: object, n: int, where: str) -> str:
-    if not isinstance(v, str) or not v or not NAME.fullmatch(v):
-        raise _bad(n, where, "a plain name of at most 64 characters", v)
-    return v
-
-
 def _one_of(v: object, n: int, where: str, options: tuple[str, ...]) -> str:
     if v not in options:
         raise _bad(n, where, "one of " + ", ".join(options), v)
     return v  # type: ignore[return-value]
-
-
-def _ids(v: object, n: int, where: str) -> list[int]:
-    if not isinstance(v, list) or len(v) > 100_000:
-        raise _bad(n, where, "a list of request ids", v)
-    return [_int(x, n, where) for x in v]
 
 
 def _scalar(v: object, n: int, where: str):
@@ -170,95 +142,13 @@ def _flat(v: object, n: int, where: str, none: bool = True) -> dict:
     return out
 
 
-def _event(v: object, n: int) -> dict:
-    if not isinstance(v, dict):
-        raise _bad(n, "an event", "an object", v)
-    out = {"kind": _text(v.get("kind"), n, "an event's kind", limit=64)}
-    for k, x in v.items():
-        if k == "kind":
-            continue
-        if not NAME.fullmatch(k):
-            raise _bad(n, "an event's field", "a plain name", k)
-        out[k] = _flat(x, n, f"event.{k}") if isinstance(x, dict) else _scalar(x, n, f"event.{k}")
-    return out
-
-
 def _check_step(rec: dict, n: int) -> dict:
-    """A step record with every field checked, and only the fields the contract names."""
-    missing = [f for f in STEP_FIELDS if f not in rec]
-    if missing:
-        raise BadRecording(f"line {n}: a step record lacks {', '.join(missing)}", n)
-    if not isinstance(rec["slots"], list) or len(rec["slots"]) > 4096:
-        raise _bad(n, "slots", "a list of at most 4096 slots", rec["slots"])
-    slots = []
-    for s in rec["slots"]:
-        if not isinstance(s, dict) or any(f not in s for f in SLOT_FIELDS):
-            raise BadRecording(f"line {n}: a slot lacks one of {', '.join(SLOT_FIELDS)}", n)
-        slots.append(
-            {
-                "slot": _int(s["slot"], n, "a slot's slot", 0, 4096),
-                "request": _int(s["request"], n, "a slot's request", none=True),
-                "phase": _one_of(s["phase"], n, "a slot's phase", PHASES),
-                "tokens": _int(s["tokens"], n, "a slot's tokens"),
-            }
-        )
-    kv = rec["kv"]
-    lacks = [k for k in KV_NEEDED if not isinstance(kv, dict) or k not in kv]
-    if lacks:  # the headline's KV waste reads the two token counts of every step
-        raise BadRecording(f"line {n}: a step record's kv lacks {', '.join(lacks)}", n)
-    tokens = rec["tokens"]
-    if not isinstance(tokens, dict):
-        raise _bad(n, "tokens", "an object of prefill, decode and dead counts", tokens)
-    spans = rec["spans"]
-    if not isinstance(spans, list) or len(spans) > 64:
-        raise _bad(n, "spans", "a list of at most 64 spans", spans)
-    if not all(isinstance(sp, dict) and "start" in sp and "end" in sp for sp in spans):
-        raise _bad(n, "spans", "a list of {lane, start, end}", spans)
-    events = rec["events"]
-    if not isinstance(events, list) or len(events) > 64:
-        raise _bad(n, "events", "a list of at most 64 events", events)
-    cached = rec.get("admitted_cached") or {}
-    if not isinstance(cached, dict) or not all(isinstance(k, str) and k.isdigit() for k in cached):
-        raise _bad(n, "admitted_cached", "an object of request id -> tokens", cached)
-    out = {
-        "step": _int(rec["step"], n, "step"),
-        "t_start": _num(rec["t_start"], n, "t_start"),
-        "t_end": _num(rec["t_end"], n, "t_end"),
-        "policy": _name(rec["policy"], n, "policy"),  # a built-in or a loaded policy's name
-        "runner": _one_of(rec["runner"], n, "runner", RUNNERS),
-        "slots": slots,
-        "admitted": _ids(rec["admitted"], n, "admitted"),
-        "finished": _ids(rec["finished"], n, "finished"),
-        "preempted": _ids(rec["preempted"], n, "preempted"),
-        "queue_len": _int(rec["queue_len"], n, "queue_len"),
-        "kv": {k: _int(kv[k], n, f"kv.{k}") for k in KV_FIELDS if k in kv},
-        "tokens": {
-            k: _int(tokens.get(k, 0), n, f"tokens.{k}") for k in ("prefill", "decode", "dead")
-        },
-        "spans": [
-            {
-                "lane": _one_of(
-                    sp.get("lane") if isinstance(sp, dict) else sp, n, "a span's lane", LANES
-                ),
-                "start": _num(sp["start"], n, "a span's start"),
-                "end": _num(sp["end"], n, "a span's end"),
-            }
-            for sp in spans
-        ],
-        "events": [_event(e, n) for e in events],
-    }
-    if "admitted_cached" in rec:
-        out["admitted_cached"] = {k: _int(v, n, "admitted_cached") for k, v in cached.items()}
-    if "cached_tokens" in rec:
-        out["cached_tokens"] = _int(rec["cached_tokens"], n, "cached_tokens")
-    if "expected_s" in rec:
-        out["expected_s"] = _num(rec["expected_s"], n, "expected_s", none=True)
-    if "decided" in rec:  # the hooks a loaded policy answered itself this step
-        decided = rec["decided"]
-        if not isinstance(decided, list) or len(decided) > len(HOOKS):
-            raise _bad(n, "decided", "a list of policy hooks", decided)
-        out["decided"] = [_one_of(h, n, "a decided hook", HOOKS) for h in decided]
-    return out
+    """A step record with every field checked against the contract (``engine/core/records.py``,
+    read by ``engine/core/schema.py``), and only the fields it names."""
+    try:
+        return schema.check_record(rec, StepRecord, "a step record")
+    except schema.Invalid as exc:
+        raise BadRecording(f"line {n}: {exc.message}", n) from None
 
 
 def _check_request(rec: dict, n: int) -> dict:

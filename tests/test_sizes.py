@@ -22,9 +22,6 @@ VENDORED = ("app/component/vendor/",)
 # Cohesive units that stand whole, each with its reason (issue 27: the size rule serves concepts):
 # "path" (a file) or "path:function" -> why. An entry that no longer needs its exception fails.
 ALLOWED: dict[str, str] = {
-    "app/recording.py": "the recording contract: every field's type and range beside the reader "
-    "that applies them (a recording is data from a stranger, checked in one place)",
-    "app/recording.py:_check_step": "a step record's fields, in the order of the contract",
     "app/ui.py": "what every page shares: roles, the sidebar, mode toggles and exports",
     "kernels/cpu_quant.py": "the kernels' Python face: one function per C entry point, each "
     "with its shape checks, beside the older builds' decode step that A/B timings still call",

@@ -10,7 +10,7 @@
 
   const MAX_ROWS = 3000;
   const OVERVIEW_BINS = 300;
-  const PHASES = ["prefill", "decode", "dead", "idle"];
+  const PHASES = root.FluxoRecords.PHASES;  // from engine/core/records.py (records.js)
   const KV_STATES = ["stored", "shared", "allocated, unused", "cached", "free"];
   const SLOW_FACTOR = 1.5;
   const STALL_FACTOR = 1.5;

@@ -23,9 +23,10 @@ from engine.core import cost_model as costs
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
 from engine.core.policy import registry
-from engine.core.policy.base import HOOKS, Policy, own_hooks
+from engine.core.policy.base import Policy, own_hooks
 from engine.core.policy.check import Guard, check_admit, check_budget, check_prefill, check_victim
 from engine.core.policy.view import View, running_view, waiting_view
+from engine.core.records import HOOKS
 from engine.core.sequence import Sequence, Status
 
 __all__ = ["HOOKS", "ScheduledBatch", "Scheduler", "ThisStep"]

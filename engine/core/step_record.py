@@ -15,9 +15,11 @@ from engine.core.block_manager import BlockManager
 from engine.core.cost_model import CostModel, StepWork
 from engine.core.llama import ForwardBatch
 from engine.core.records import (
+    Hook,
     KVRecord,
     Phase,
     Record,
+    Runner,
     SlotRecord,
     SpanRecord,
     StepRecord,
@@ -38,7 +40,7 @@ class Work:
     policy: str = ""  # as scheduled: a switch applied while this step executes must not relabel it
     runner: str = ""
     slots: list[SlotRecord] = field(default_factory=list)
-    kv: KVRecord = field(default_factory=KVRecord)
+    kv: KVRecord = field(default_factory=lambda: cast(KVRecord, {}))  # launch: kv_view
     spans: list[SpanRecord] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     # (row, sequence, output index) of every token this step computes for a sequence
@@ -107,7 +109,7 @@ def step_record(
         "t_start": work.t_start,
         "t_end": t_end,
         "policy": work.policy,
-        "runner": work.runner,
+        "runner": cast(Runner, work.runner),  # EngineConfig checked it
         "slots": work.slots,
         "admitted": [s.id for s in work.batch.admitted],
         "finished": list(finished),
@@ -120,7 +122,8 @@ def step_record(
         "tokens": tokens,
         "spans": work.spans,
         "events": work.events,
-        "decided": work.batch.decided,  # hooks a loaded policy answered itself (records.py)
+        # hooks a loaded policy answered itself (records.py), named by the guard
+        "decided": cast(list[Hook], work.batch.decided),
         # The cost model's duration for this step's work on a quiet machine (None until it
         # has seen enough steps): measured >> expected with nothing admitted is the machine.
         "expected_s": None if work.cost is None else cost.expected(work.cost),

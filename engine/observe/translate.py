@@ -97,8 +97,9 @@ class Translator:
             "events": _dropped_event(t0, gap, wire["dropped"]),
             "decided": [],
             "expected_s": None,
+            "rank": rank,  # the contract's observed-only fields (records.OBSERVED_ONLY)
+            "vllm_step": wire["step"],
         }
-        record.update({"rank": rank, "vllm_step": wire["step"]})  # beyond the contract: see docs
         return record, ended
 
     def _arrivals(self, wire: dict, t0: float) -> None:

@@ -12,8 +12,9 @@ import pytest
 
 from app import charts, i18n, policy_notes, recording
 from app.recording import BadRecording
-from engine.core import scheduler
+from engine.core import records, scheduler, schema, schema_export
 from engine.core.policy import Policy, load_file, registry
+from engine.core.records import StepRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -88,7 +89,11 @@ def test_an_older_recording_without_decided_still_replays(make_tiny_engine, poli
 
 @pytest.mark.parametrize(
     "decided,says",
-    [(["admit", "rm -rf"], "a decided hook"), ("admit", "a list of policy hooks"), ([1], "hook")],
+    [
+        (["admit", "rm -rf"], r"decided\[1\] must be one of token_budget"),
+        ("admit", "decided must be a list of at most 4"),
+        ([1], r"decided\[0\] must be one of"),
+    ],
 )
 def test_a_record_that_lies_about_its_hooks_is_refused(make_tiny_engine, policies, decided, says):
     lines = _export(make_tiny_engine, policies).splitlines()
@@ -100,4 +105,7 @@ def test_a_record_that_lies_about_its_hooks_is_refused(make_tiny_engine, policie
 
 
 def test_the_recordings_hooks_are_the_schedulers():
-    assert recording.HOOKS == scheduler.HOOKS
+    """One list: the scheduler asks the hooks the record contract (and so a recording) names."""
+    hint = schema.fields(StepRecord)["decided"][0]
+    assert scheduler.HOOKS is records.HOOKS
+    assert tuple(schema_export.json_schema(hint)["items"]["enum"]) == scheduler.HOOKS

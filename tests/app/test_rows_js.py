@@ -100,6 +100,7 @@ def js_page():
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         page = browser.new_page()
         page.set_content("<!doctype html><html><body></body></html>")
+        page.add_script_tag(path=str(ROWS_JS.with_name("records.js")))
         page.add_script_tag(path=str(ROWS_JS))
         yield page
         browser.close()

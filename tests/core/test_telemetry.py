@@ -6,11 +6,11 @@ import json
 from typing import get_args
 
 from engine.core import metrics
-from engine.core.records import KVRecord, Phase, RequestRecord, StepRecord
+from engine.core.records import OBSERVED_ONLY, KVRecord, Phase, RequestRecord, StepRecord
 
 # The declared contract (engine/core/records.py): the records the engine emits must carry exactly
 # these fields, so a field added on one side only fails here.
-STEP_KEYS = set(StepRecord.__annotations__)
+STEP_KEYS = set(StepRecord.__annotations__) - set(OBSERVED_ONLY)
 REQUEST_KEYS = set(RequestRecord.__annotations__)
 KV_KEYS = set(KVRecord.__annotations__)
 PHASES = set(get_args(Phase))

@@ -30,8 +30,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from engine.core.policy.view import Running, View, Waiting
-
-HOOKS = ("token_budget", "prefill_tokens", "preempt", "admit")  # in the order a step asks them
+from engine.core.records import HOOKS  # in the order a step asks them
 
 
 class Policy:
