@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from engine.core import cost_model, device, runners, threads
 from engine.core.block_manager import BlockManager
@@ -26,7 +27,7 @@ from engine.core.model import eos_ids, load_for_engine
 from engine.core.model_runner import ModelRunner
 from engine.core.policy import registry as policies
 from engine.core.records import Record
-from engine.core.requests import RequestHandle, check_params, check_token_ids, detokenize, encode
+from engine.core.requests import Request, RequestHandle, checked, detokenize
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import PLACEHOLDER, Event, Sequence, Status
 from engine.core.step_record import Work, observe_cost, slots_view, step_record, step_work
@@ -83,24 +84,18 @@ class Engine:
     # -- requests ------------------------------------------------------------------------------
     def submit(
         self,
-        messages: list[dict] | None = None,
-        prompt: str | None = None,
-        token_ids: list[int] | None = None,
-        max_new_tokens: int = 64,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        ignore_eos: bool = False,
-        client: str = "",
+        request: Request | None = None,
         sink: Callable[[Event], None] | None = None,
+        **fields: Any,
     ) -> RequestHandle:
-        """Queue a request; raises a :class:`FluxoError` (with a ``code``) if it can never run."""
-        if token_ids is None:
-            token_ids = encode(self.tokenizer, messages, prompt)
-        check_token_ids(token_ids, self.model.config.vocab_size)
-        params = check_params(self.config, len(token_ids), max_new_tokens, temperature, top_p, seed)
-        params.ignore_eos = bool(ignore_eos)
-        seq = Sequence(prompt_ids=list(token_ids), params=params, client=client, arrival=self.now())
+        """Queue ``request`` (or one made of ``fields``: ``submit(prompt="hi", max_new_tokens=8)``
+        for library use); raises a :class:`FluxoError` (with a ``code``) if it can never run."""
+        if request is None:
+            request = Request(**fields)
+        elif fields:
+            raise TypeError(f"submit: a Request, or its fields, not both ({', '.join(fields)})")
+        ids, params = checked(request, self.tokenizer, self.config, self.model.config.vocab_size)
+        seq = Sequence(prompt_ids=ids, params=params, client=request.client, arrival=self.now())
         handle = RequestHandle(seq)
 
         def deliver(event: Event) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import queue
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from engine.core.config import EngineConfig
 from engine.core.errors import (
@@ -20,6 +21,37 @@ from engine.core.errors import (
 from engine.core.model import chat_ids
 from engine.core.numbers import ceil_div, is_int
 from engine.core.sequence import PLACEHOLDER, Event, SamplingParams, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a caller asks the engine for: one prompt (exactly one of chat ``messages``, a text
+    ``prompt`` or ``token_ids``) and how to answer it. ``Engine.submit`` checks it; the server
+    makes one from a chat message or an HTTP body, the traffic generator from its arrivals."""
+
+    messages: list[dict] | None = None
+    prompt: str | None = None
+    token_ids: list[int] | None = None
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False  # generate to max_new_tokens (load generators, benchmarks)
+    client: str = ""  # who sent it: a connection id, "traffic", "http:<peer>"; "" for library use
+
+
+def checked(
+    request: Request, tokenizer, config: EngineConfig, vocab_size: int
+) -> tuple[list[int], SamplingParams]:
+    """``request``'s prompt as token ids and its sampling parameters, every field checked."""
+    token_ids = request.token_ids
+    if token_ids is None:
+        token_ids = encode(tokenizer, request.messages, request.prompt)
+    check_token_ids(token_ids, vocab_size)
+    r = request
+    params = check_params(config, len(token_ids), r.max_new_tokens, r.temperature, r.top_p, r.seed)
+    params.ignore_eos = bool(r.ignore_eos)
+    return list(token_ids), params
 
 
 def encode(tokenizer, messages: list[dict] | None = None, prompt: str | None = None) -> list[int]:

@@ -43,6 +43,7 @@ from websockets.http11 import Response
 
 from engine.core.engine import Engine
 from engine.core.errors import FluxoError
+from engine.core.requests import Request as EngineRequest
 from engine.core.requests import RequestHandle
 from engine.server import guard, prom, protocol, tokenize_api
 from engine.server.completions import (
@@ -91,13 +92,12 @@ class Host(Protocol):
     def open_request(
         self,
         client: Any,
-        client_id: str,
+        request: EngineRequest,
         peer: guard.Peer,
         *,
         exempt: bool,
         presenter: bool,
         admitted: bool = False,
-        **submit: Any,
     ) -> RequestHandle: ...
 
 
@@ -427,19 +427,17 @@ class HttpApi:
         token_ids, max_tokens = await self._admit_and_tokenize(peer, presenter, args)
         tag = f"http:{self.peers.alias(key)}"
         stream = Stream()
-        handle = self.server.open_request(
-            stream,
-            tag,
-            peer,
-            admitted=True,
-            exempt=presenter or peer.own,
-            presenter=presenter,
+        request = EngineRequest(
             token_ids=token_ids,
             max_new_tokens=max_tokens,
             temperature=args.temperature,
             top_p=args.top_p,
             seed=args.seed,
             ignore_eos=args.ignore_eos,
+            client=tag,
+        )
+        handle = self.server.open_request(
+            stream, request, peer, admitted=True, exempt=presenter or peer.own, presenter=presenter
         )
         if key not in self._named and not peer.own:
             self._named.add(key)  # the presenter's terminal alone learns who an alias is

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import FluxoError, InvalidConfig, KVOverMemory
-from engine.core.requests import encode
+from engine.core.requests import Request, encode
 from engine.server import protocol
 from engine.server.connection import Comparison, Connection, Limits
 from engine.workloads import capacity
@@ -168,13 +168,13 @@ class PresenterMessages:
                 self.traffic_stats["dropped"] += 1
                 continue
             try:
-                self.engine.submit(
+                request = Request(
                     prompt=arrival.prompt,
                     max_new_tokens=arrival.max_new_tokens,
                     ignore_eos=arrival.ignore_eos,
                     client=TRAFFIC_CLIENT,
-                    temperature=0.0,
                 )
+                self.engine.submit(request)
                 self.traffic_stats["sent"] += 1
             except (
                 FluxoError

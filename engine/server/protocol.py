@@ -16,6 +16,7 @@ from typing import Any, TypeGuard, overload
 
 from engine.core.errors import FluxoError
 from engine.core.numbers import is_finite, is_int
+from engine.core.requests import Request
 
 VIEWER_TYPES = frozenset({"chat", "cancel", "subscribe", "unsubscribe", "auth", "export"})
 PRESENTER_TYPES = frozenset({"control", "pause", "resume", "step", "traffic", "reset", "compare"})
@@ -220,6 +221,19 @@ class ChatArgs:
     seed: int | None
     ref: str | None
     ignore_eos: bool
+
+    def request(self, client: str) -> Request:
+        """The engine's request for this chat, from ``client`` (a connection id)."""
+        return Request(
+            messages=self.messages,
+            prompt=self.prompt,
+            max_new_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            ignore_eos=self.ignore_eos,
+            client=client,
+        )
 
 
 def chat_args(msg: dict, max_tokens: int) -> ChatArgs:

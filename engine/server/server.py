@@ -32,7 +32,7 @@ from engine.core.cuda_exec import device_name
 from engine.core.engine import Engine
 from engine.core.errors import FluxoError, ShuttingDown
 from engine.core.metrics import summarize_window
-from engine.core.requests import RequestHandle
+from engine.core.requests import Request, RequestHandle
 from engine.core.sequence import Event
 from engine.server import guard, http_api, protocol
 from engine.server.connection import (
@@ -489,7 +489,7 @@ class Server(ViewerMessages, PresenterMessages):
     def open_request(
         self,
         client: Client,
-        client_id: str,
+        request: Request,
         peer: guard.Peer,
         *,
         exempt: bool,
@@ -498,21 +498,19 @@ class Server(ViewerMessages, PresenterMessages):
         own_bucket: protocol.TokenBucket | None = None,
         ref: str | None = None,
         admitted: bool = False,
-        **submit: Any,
     ) -> RequestHandle:
         """The one way a chat enters the engine, from a websocket or the HTTP API: the address's
-        limits (``admit``), then ``Engine.submit`` with ``client``'s delivery. ``client`` (a
-        ``Connection`` or an HTTP ``Stream``: ``open``, ``closed``, ``send``) receives the
-        protocol's token/done/error messages on the loop, one burst per hand-off. The address's
+        limits (``admit``), then ``Engine.submit(request)`` with ``client``'s delivery (the caller
+        made ``request`` once, its ``client`` the connection's id or the HTTP peer's tag).
+        ``client`` (a ``Connection`` or an HTTP ``Stream``: ``open``, ``closed``, ``send``) receives
+        the protocol's token/done/error messages on the loop, one burst per hand-off. The address's
         open request is given back at once if the engine refuses the request, else when its
         answer ends (``deliver`` for a websocket, the HTTP handler's ``finally``). ``admitted``:
         the caller already ran ``admit`` (HTTP does, before tokenizing)."""
         if not admitted:
             self.admit(peer, exempt, presenter, own_open, own_bucket)
         try:
-            handle = self.engine.submit(
-                client=client_id, sink=functools.partial(self._event_for, client), **submit
-            )
+            handle = self.engine.submit(request, sink=functools.partial(self._event_for, client))
         except BaseException:
             peer.open -= 1
             raise

@@ -46,20 +46,13 @@ class ViewerMessages:
         # an exempt client is held to its connection's own limits; a student to its address's
         handle = self.open_request(
             conn,
-            conn.id,
+            args.request(conn.id),
             conn.peer,
             exempt=conn.exempt,
             presenter=conn.presenter,
             own_open=len(conn.open),
             own_bucket=conn.bucket,
             ref=args.ref,
-            messages=args.messages,
-            prompt=args.prompt,
-            max_new_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            seed=args.seed,
-            ignore_eos=args.ignore_eos,
         )
         pos = self.engine.queue_positions().get(handle.id)
         conn.open[handle.id]["pos"] = pos
