@@ -4,8 +4,10 @@ Before a class, each lesson's Live steps run briefly, as the room will see them:
 started as ``make lab`` starts it, each lesson set up as the Lessons page does (a reset, its
 [engine] and its traffic, whose load is in units of this engine's capacity), a 3 s warm-up, then
 only the settings its ``[[live_check]]`` claims name, 10 s each (22 visits: about 4-5 minutes for
-all twelve lessons). Per lesson: ``shows`` (every claim's effect at least its size), ``weak`` (the
-right way, at least half the size in log terms) or ``none``; the measured ratio against the bound;
+all twelve lessons); a lesson that did not show is visited again over 30 s windows, the page's
+own (about a minute more for each). Per lesson: ``shows`` (every claim's effect at least its
+size), ``weak`` (the right way, at least half the size in log terms) or ``none``; the measured
+ratio against the bound;
 the load and the requests/s it came to here; and what to do (run it live, or press "Replay this
 lesson's recording"). The run is kept in the Fluxo cache (``preflight_file``), where the Lessons
 page shows each lesson's line.
@@ -24,10 +26,13 @@ from engine.lab.live_steps import OPS, check, live_claims, settings
 from engine.workloads.lessons import last_preflight, preflight_file
 
 SECONDS = 10.0  # per visited setting: 22 visits and 12 resets in about 4-5 minutes
-# A lesson whose window saw no answer at all (a ratio of nothing) is visited again, this many
-# times as long: lesson 11's long prompts at 0.4x capacity came to 0.38 requests/s on an
-# AVX2-only EPYC (2026-12-03), and a 10 s window of its chunked setting held no token gap, while
-# 20 s showed ITL p99 437 -> 86 ms. No data is not "does not show".
+# A lesson that did not show in its short windows (or measured nothing: no answer, no token gap)
+# is visited again, this many times as long: 30 s, the page's own headline window, what the class
+# will watch. Lesson 11's long prompts at 0.4x capacity came to 0.38 requests/s on an AVX2-only
+# EPYC (2026-12-03), and a 10 s window of its chunked setting held no token gap, while 20 s showed
+# ITL p99 437 -> 86 ms. Lesson 2's static queue builds over its window: on an AVX-512 EPYC
+# (2026-12-07) 10 s windows read TTFT continuous / static 0.91, 0.71, 0.66, 0.61 (bound <= 0.33),
+# 20 s windows 0.05 and 0.14. A short window is not "does not show".
 LONGER = 3
 WARMUP_S = 3.0  # before a lesson's first window: the traffic past its empty start
 ADVICE = {
@@ -129,22 +134,28 @@ def unmeasured(result: dict[str, Any]) -> bool:
     return any(not (c["min"] == c["min"]) for c in result["claims"])
 
 
+def again(result: dict[str, Any]) -> bool:
+    """Whether a lesson's short visit leaves it to a longer one: it did not show, or measured
+    nothing for some claim."""
+    return result["verdict"] != "shows" or unmeasured(result)
+
+
 def _measure(visited: list[dict], seconds: float, device: str) -> dict[int, dict[str, Any]]:
-    """Each claimed lesson's visit by number; those that measured nothing, once more over
-    ``LONGER`` times the window, on a server of their own."""
+    """Each claimed lesson's visit by number; those that did not show (or measured nothing), once
+    more over ``LONGER`` times the window, on a server of their own: that visit's verdict stands."""
     claimed = [s for s in visited if s["live"]]
     number = [int(s["lesson"]["number"]) for s in claimed]
     runs = dict(zip(number, live_steps.measure(claimed, seconds, device, WARMUP_S), strict=True))
-    again = [s for s, n in zip(claimed, number, strict=True) if unmeasured(verdicts(s, runs[n]))]
-    if again:
+    again_ = [s for s, n in zip(claimed, number, strict=True) if again(verdicts(s, runs[n]))]
+    if again_:
         print(
-            f"measured nothing in {seconds:.0f} s: lesson(s) "
-            + ", ".join(str(s["lesson"]["number"]) for s in again)
+            f"did not show in {seconds:.0f} s windows: lesson(s) "
+            + ", ".join(str(s["lesson"]["number"]) for s in again_)
             + f"; again over {seconds * LONGER:.0f} s",
             flush=True,
         )
-        longer = live_steps.measure(again, seconds * LONGER, device, WARMUP_S)
-        for s, visit in zip(again, longer, strict=True):
+        longer = live_steps.measure(again_, seconds * LONGER, device, WARMUP_S)
+        for s, visit in zip(again_, longer, strict=True):
             runs[int(s["lesson"]["number"])] = visit
     return runs
 

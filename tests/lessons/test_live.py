@@ -140,13 +140,16 @@ def test_the_preflight_visits_what_the_claims_name() -> None:
     assert preflight.verdicts(one, run)["verdict"] == "shows"
     eight = preflight.visits(load(lesson_dir(8) / "scenario.toml"))
     assert preflight.verdicts(eight, {"rows": []})["verdict"] == "no_claim"
-    # a window that saw nothing is measured again, longer; a weak or absent effect is not
-    assert not preflight.unmeasured(p)
+    # a window that saw nothing, or an effect that did not show, is measured again, longer
+    assert not preflight.again(preflight.verdicts(one, run))  # it shows (250 over 100)
+    assert not preflight.unmeasured(p) and preflight.again(p)  # weak: 130 over 100
     del run["rows"][1]["summary"]["throughput"]
     nothing = preflight.verdicts(one, run)
     assert nothing["verdict"] == "none" and preflight.unmeasured(nothing)
+    assert preflight.again(nothing)
     run["rows"][1]["summary"]["throughput"] = 100.0
-    assert not preflight.unmeasured(preflight.verdicts(one, run))
+    flat = preflight.verdicts(one, run)
+    assert not preflight.unmeasured(flat) and flat["verdict"] == "none" and preflight.again(flat)
     p["offered"] = {"load": 0.4, "rate": 0.38, "capacity": 0.94}
     text = preflight.line(11, "Write your own scheduler", p | {"seconds": 30.0})
     assert "0.38 requests/s here (capacity 0.94), windows of 30 s" in text
