@@ -30,7 +30,7 @@ WORDS = {
             "no_claim": "no Live claim",
         },
         "offered": "traffic: {load}x this engine's capacity = {rate} requests/s here",
-        "bound": "{metric} {b} / {a} = {v}x (bound {op} {{size}}x)",
+        "bound": "{claim}: {v}x (bound {op} {{size}}x)",
     },
     "pt-BR": {
         "preflight": "Verificação antes da aula",
@@ -49,7 +49,7 @@ WORDS = {
             "no_claim": "sem afirmação ao vivo",
         },
         "offered": "tráfego: {load}x a capacidade deste motor = {rate} requisições/s aqui",
-        "bound": "{metric} {b} / {a} = {v}x (limite {op} {{size}}x)",
+        "bound": "{claim}: {v}x (limite {op} {{size}}x)",
     },
 }
 
@@ -76,18 +76,7 @@ def view(number: int, presenter: bool, lang: str) -> None:
         advice = p["advice_pt"] if lang == "pt-BR" else p["advice_en"]
         verdict = words["verdict"][p["verdict"]]
         icon = {"shows": ":green[●]", "weak": ":orange[●]"}.get(p["verdict"], ":red[●]")
-        lines = [f"{icon} **{verdict}** · {advice}"]
-        for c in p["claims"]:
-            op = {">": "≥", "<": "≤", "~": "±", "<=": "≤"}[c["op"]]
-            v, size = i18n.num(c["min"], 2, lang), i18n.num(c["size"], 2, lang)
-            bound = words["bound"].format(metric=c["metric"], a=c["a"], b=c["b"], v=v, op=op)
-            lines.append(f"- {bound.replace('{size}', size)}")
-        o = p.get("offered") or {}
-        if o.get("load") is not None and o.get("rate"):
-            tenths = abs(o["load"] * 10 - round(o["load"] * 10)) < 1e-9  # 0.35 is not "0,3"
-            load = i18n.num(o["load"], 1 if tenths else 2, lang)
-            rate = i18n.num(o["rate"], 1, lang)
-            lines.append("- " + words["offered"].format(load=load, rate=rate))
+        lines = [f"{icon} **{verdict}** · {advice}", *claim_lines(p, lang)]
         st.markdown("\n".join(lines))
         when = p.get("when", doc["when"])
         st.caption(words["preflight_when"].format(when=when, load=loadavg))
@@ -97,3 +86,22 @@ def view(number: int, presenter: bool, lang: str) -> None:
             proc = subprocess.Popen(cmd, cwd=LESSONS_DIR.parent)
             st.session_state["preflight_job"] = {"proc": proc, "t0": time.time()}
             st.rerun()
+
+
+def claim_lines(p: dict, lang: str) -> list[str]:
+    """A lesson's preflight claims and offered load, as Markdown list lines in ``lang``: each
+    claim in its own words (a setting's name is the lesson's, in English), its ratio and bound."""
+    words, lines = WORDS[lang], []
+    for c in p["claims"]:
+        op = {">": "≥", "<": "≤", "~": "±", "<=": "≤"}[c["op"]]
+        v, size = i18n.num(c["min"], 2, lang), i18n.num(c["size"], 2, lang)
+        claim = c.get("claim_pt" if lang == "pt-BR" else "claim_en") or c["metric"]
+        bound = words["bound"].format(claim=claim, v=v, op=op)
+        lines.append(f"- {bound.replace('{size}', size)}")
+    o = p.get("offered") or {}
+    if o.get("load") is not None and o.get("rate"):
+        tenths = abs(o["load"] * 10 - round(o["load"] * 10)) < 1e-9  # 0.35 is not "0,3"
+        load = i18n.num(o["load"], 1 if tenths else 2, lang)
+        rate = i18n.num(o["rate"], 1, lang)
+        lines.append("- " + words["offered"].format(load=load, rate=rate))
+    return lines
