@@ -110,12 +110,17 @@ def _made(tp: Any, none: bool) -> Check:
 
         return one_of
     if get_origin(base) is list:
-        return _list_checker(get_args(base)[0], (marker(meta, Range) or Range(0, 100_000)).hi)
+        return _list_checker(get_args(base)[0], list_bound(meta))
     if get_origin(base) is dict and "event" in meta:
         return _event
     if get_origin(base) is dict:
         return _ids_checker(checker(get_args(base)[1]))
     return _scalar_checker(base, meta, " or null" if none else "")
+
+
+def list_bound(meta: tuple[Any, ...]) -> int:
+    """A list's most items: its ``Range`` or 100,000."""
+    return (marker(meta, Range) or Range(0, 100_000)).hi
 
 
 def _list_checker(item_tp: Any, most: int) -> Check:

@@ -20,6 +20,7 @@ from engine.core.schema import (
     MAX_TEXT,
     fields,
     is_typeddict,
+    list_bound,
     marker,
     nullable,
     split_annotated,
@@ -55,7 +56,7 @@ def json_schema(tp: Any) -> dict:
     if get_origin(base) is Literal:
         return {"enum": list(get_args(base))}
     if get_origin(base) is list:
-        most = (marker(meta, Range) or Range(0, 100_000)).hi
+        most = list_bound(meta)
         return {"type": "array", "items": json_schema(get_args(base)[0]), "maxItems": most}
     if get_origin(base) is dict and "event" in meta:
         kind = {"type": "string", "maxLength": 64}
@@ -65,7 +66,7 @@ def json_schema(tp: Any) -> dict:
         return {
             "type": "object",
             "propertyNames": {"pattern": "^[0-9]+$"},
-            **{"additionalProperties": item},
+            "additionalProperties": item,
         }
     if base is int:
         r = marker(meta, Range) or Range()
@@ -133,7 +134,7 @@ def type_text(tp: Any) -> str:
     elif get_origin(base) is Literal:
         text = "one of " + ", ".join(f"`{a}`" for a in get_args(base))
     elif get_origin(base) is list:
-        most = (marker(meta, Range) or Range(0, 100_000)).hi
+        most = list_bound(meta)
         text = f"list of {type_text(get_args(base)[0])} (at most {most:,})"
     elif get_origin(base) is dict and "event" in meta:
         text = "event: `kind` and plain-named scalars"

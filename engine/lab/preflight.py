@@ -146,16 +146,16 @@ def _measure(visited: list[dict], seconds: float, device: str) -> dict[int, dict
     claimed = [s for s in visited if s["live"]]
     number = [int(s["lesson"]["number"]) for s in claimed]
     runs = dict(zip(number, live_steps.measure(claimed, seconds, device, WARMUP_S), strict=True))
-    again_ = [s for s, n in zip(claimed, number, strict=True) if again(verdicts(s, runs[n]))]
-    if again_:
+    retry = [s for s, n in zip(claimed, number, strict=True) if again(verdicts(s, runs[n]))]
+    if retry:
         print(
             f"did not show in {seconds:.0f} s windows: lesson(s) "
-            + ", ".join(str(s["lesson"]["number"]) for s in again_)
+            + ", ".join(str(s["lesson"]["number"]) for s in retry)
             + f"; again over {seconds * LONGER:.0f} s",
             flush=True,
         )
-        longer = live_steps.measure(again_, seconds * LONGER, device, WARMUP_S)
-        for s, visit in zip(again_, longer, strict=True):
+        longer = live_steps.measure(retry, seconds * LONGER, device, WARMUP_S)
+        for s, visit in zip(retry, longer, strict=True):
             runs[int(s["lesson"]["number"])] = visit
     return runs
 
