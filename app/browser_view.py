@@ -34,7 +34,7 @@ from app import charts
 COMPONENT_DIR = Path(__file__).resolve().parent / "component"
 _component = components.declare_component("fluxo_view", path=str(COMPONENT_DIR))
 _keys = components.declare_component("fluxo_keys", path=str(COMPONENT_DIR / "keys"))
-ORDER = ("slots", "stalls", "kv", "lanes")
+ORDER = charts.ORDER  # "all charts" (app/charts/registry.py)
 DEFAULT_ENGINE_URL = "ws://127.0.0.1:8765"
 
 
@@ -69,6 +69,12 @@ CHART_PT = {
     "prefill tokens in the step": "tokens de prefill no passo",
     "ms (ITL, step time)": "ms (ITL, tempo do passo)",
     "KV memory": "Memória KV",
+    "Tokens per step": "Tokens por passo",
+    "prefill tokens": "tokens de prefill",
+    "decode and dead tokens": "tokens de decode e mortos",
+    "what each step computed · dead: a closed batch's finished members": (
+        "o que cada passo calculou · morto: membros já terminados de um lote fechado"
+    ),
     "KV tokens": "tokens de KV",
     "tokens stored · shared · allocated but unused · cached · free": (
         "tokens guardados · compartilhados · alocados sem uso · em cache · livres"
@@ -137,9 +143,23 @@ def _view_args(lang: str, projector: bool, words: dict[str, str] | None) -> dict
     }
 
 
-def _specs(names: Sequence[str], lang: str, projector: bool, **kw: Any) -> dict[str, dict]:
-    specs = charts.named_charts(**kw)
-    return {n: localize(specs[n], lang, 1.35 if projector else 1.0) for n in names}
+def _specs(
+    names: Sequence[str],
+    lang: str,
+    projector: bool,
+    heights: dict[str, int] | None = None,
+    windows: dict[str, int] | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """The component's chart arguments: each chart's localized named spec, the order, and what
+    the view feeds (datasets, their keys, the steps drawn: ``charts.view_meta``)."""
+    heights = {**_heights(names, projector), **(heights or {})}
+    specs = charts.named_charts(names, heights, **kw)
+    return {
+        "specs": {n: localize(specs[n], lang, 1.35 if projector else 1.0) for n in names},
+        "order": list(names),
+        "charts": charts.view_meta(names, windows),
+    }
 
 
 def live(
@@ -159,12 +179,9 @@ def live(
     decisions (``fluxo-policy.js``) and reruns the page when the engine's configuration or traffic
     differs from ``engine`` (what the page's widgets show: ``{"config": ..., "traffic": ...}``);
     ``stall_max_ms``: the stall chart's fixed time axis (none: it follows the data)."""
-    heights = _heights(names, projector)
-    specs = _specs(names, lang, projector, slots=slots, stall_max_ms=stall_max_ms, **heights)
     _component(
         mode="live",
-        specs=specs,
-        order=list(names),
+        **_specs(names, lang, projector, slots=slots, y_max_ms=stall_max_ms),
         chat=True,
         metrics=True,
         min_column=_min_column(names, projector),
@@ -182,11 +199,8 @@ def live(
 
 def _heights(names: Sequence[str], projector: bool) -> dict[str, int]:
     """One chart alone fills a projected slide; otherwise the charts' usual heights."""
-    if len(names) == 1:
-        return dict(slot_height=560, stall_height=560, kv_height=520, lane_height=480)
-    return (
-        dict(slot_height=380, stall_height=340, kv_height=300, lane_height=260) if projector else {}
-    )
+    which = 2 if len(names) == 1 else (1 if projector else 0)
+    return {n: charts.BY_NAME[n].heights[which] for n in names}
 
 
 def _min_column(names: Sequence[str], projector: bool) -> int:
@@ -221,18 +235,15 @@ def recorded(
     **spec_kw: Any,
 ) -> None:
     """Charts of recorded steps (no connection). ``names``: which charts, in order; ``windows``:
-    steps per chart (slots 300, stalls 300, kv 2000, lanes 12 by default); charts sit side by side
-    when each gets ``min_column`` pixels."""
+    steps per chart (else each chart's own, ``charts.WINDOWS``); ``heights``, in ``spec_kw``: px
+    per chart; charts sit side by side when each gets ``min_column`` pixels."""
     steps, people = list(steps), sorted(people)
-    specs = _specs(names, lang, projector, with_overview=overview, **spec_kw)
     _component(
         mode="static",
-        specs=specs,
-        order=list(names),
+        **_specs(names, lang, projector, windows=windows, with_overview=overview, **spec_kw),
         steps=steps,
         people=people,
         data_key=_digest(steps, people),
-        windows=windows or {},
         min_column=min_column,
         chat=False,
         metrics=False,
@@ -264,12 +275,9 @@ def replay(
     pauses). ``at``: the step to open at; ``sync``: views with the same name play together
     (Compare). Returns what the view last reported: ``{"at": step, "speed": x}`` when paused."""
     steps, people = list(steps), sorted(people)
-    kw = {**_heights(names, projector), **spec_kw}
-    specs = _specs(names, lang, projector, **kw)
     return _component(
         mode="replay",
-        specs=specs,
-        order=list(names),
+        **_specs(names, lang, projector, **spec_kw),
         steps=steps,
         people=people,
         data_key=_digest(steps, people),

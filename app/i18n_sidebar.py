@@ -92,6 +92,7 @@ SIDEBAR: dict[str, tuple[str, str]] = {
     "chart_stalls": ("stalls", "engasgos"),
     "chart_kv": ("KV memory", "memória KV"),
     "chart_lanes": ("CPU / device", "CPU / dispositivo"),
+    "chart_tokens": ("tokens per step", "tokens por passo"),
     "keys_hint": (
         "Keys: PgDn / PgUp step, space play/pause, ? help",
         "Teclas: PgDn / PgUp passo, espaço toca/pausa, ? ajuda",

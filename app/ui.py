@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app import i18n, presenter_session, recording, state
+from app import charts, i18n, presenter_session, recording, state
 from app.browser_view import ORDER
 from app.engine_client import EngineClient, local_exports
 from app.engine_client_types import EngineError
@@ -96,7 +96,7 @@ def plain(text: object) -> str:
     return _MD.sub(r"\\\1", str(text))
 
 
-CHARTS = ("all", "slots", "stalls", "kv", "lanes")
+CHARTS = ("all", *charts.BY_NAME)  # the picker: all of the grid, or any one chart alone
 
 
 @dataclass
@@ -248,7 +248,7 @@ def _sidebar(needs_engine: bool) -> Ctx:
             st.selectbox,
             w["chart_only"],
             options=list(CHARTS),
-            format_func=lambda n: w["all_charts"] if n == "all" else w["chart_" + n],
+            format_func=lambda n: w["all_charts"] if n == "all" else w[charts.BY_NAME[n].title],
         )
         st.caption(w["keys_hint"])
         if c is not None:

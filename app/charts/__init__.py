@@ -21,16 +21,16 @@ Every builder also emits the same chart with *named* datasets (``named=True``: `
 "spans"}}``, no values): the browser view (``app/component/``) creates each Vega view once from
 that spec and feeds it rows derived in JavaScript by ports of these data functions
 (``app/component/rows.js``, tested equal to these on recorded telemetry), as incremental
-changesets. ``DATASETS`` lists the names per chart.
+changesets. ``DATASETS`` lists the names per chart (from ``registry``).
 
-One module per chart (``slots``, ``stalls``, ``kv``, ``lanes``), what they share in ``common``,
-the four together in ``sets``; every name is importable from ``app.charts`` itself.
+One module per chart (``slots``, ``stalls``, ``kv``, ``lanes``, ``tokens``), what they share in
+``common``; every chart declared once in ``registry`` (datasets, window, heights, builder, rows),
+the charts together in ``sets``; every name is importable from ``app.charts`` itself.
 """
 
 from app.charts.common import (
     CHAT_COLOR,
     CONFIG,
-    DATASETS,
     FONT,
     KV_COLORS,
     KV_STATES,
@@ -55,14 +55,23 @@ from app.charts.common import (
 from app.charts.kv import (
     block_map,
     kv_chart,
+    kv_rows,
     kv_series,
     kv_split,
     record_block_size,
     request_kv_tokens,
 )
-from app.charts.lanes import device_busy, lane_chart, lane_spans
+from app.charts.lanes import device_busy, lane_chart, lane_rows, lane_spans
+from app.charts.registry import BY_NAME, CHARTS, DATASETS, ORDER, WINDOWS, Chart, view_meta
 from app.charts.sets import all_charts, named_charts
-from app.charts.slots import fit_window, overview, queue_series, slot_chart, slot_spans
+from app.charts.slots import (
+    fit_window,
+    overview,
+    queue_series,
+    slot_chart,
+    slot_rows,
+    slot_spans,
+)
 from app.charts.stalls import (
     STALL_SERIES,
     admission_markers,
@@ -71,10 +80,25 @@ from app.charts.stalls import (
     prefill_bars,
     stall_chart,
     stall_lines,
+    stall_rows,
 )
+from app.charts.tokens import step_tokens, token_chart, token_rows
 from engine.core.records import LANES, PHASES, Record
 
 __all__ = [
+    "BY_NAME",
+    "CHARTS",
+    "ORDER",
+    "WINDOWS",
+    "Chart",
+    "view_meta",
+    "kv_rows",
+    "lane_rows",
+    "slot_rows",
+    "stall_rows",
+    "step_tokens",
+    "token_chart",
+    "token_rows",
     "CHAT_COLOR",
     "CONFIG",
     "DATASETS",

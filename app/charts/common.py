@@ -47,13 +47,6 @@ MACHINE_COLOR = "#7048E8"  # steps slowed by the machine, not by their own work
 # its own expected duration is over STALL_FACTOR x that of the latest step without prefill work.
 SLOW_FACTOR = 1.5
 STALL_FACTOR = 1.5
-# Dataset names of the named-data specs, per chart (what the browser view feeds).
-DATASETS = {
-    "slots": ("spans", "queue", "overview"),
-    "stalls": ("prefill", "admissions", "machine", "itl_lines"),
-    "kv": ("kv_series", "blocks"),
-    "lanes": ("lanes",),
-}
 
 FONT = 16  # readable from the back of a classroom
 
@@ -98,8 +91,9 @@ def as_altair(vl: dict, validate: bool = True):
 
 
 def dataset(rows: list[Record] | None, name: str = "", named: bool = False) -> dict:
-    """Inline values, or (``named``) a named dataset the browser view fills."""
-    return {"name": name} if named else {"values": rows}
+    """Inline values (under the dataset's name too), or (``named``) a named dataset, no values,
+    that the browser view fills."""
+    return {"name": name} if named else {"name": name, "values": rows}
 
 
 def tooltip(*fields: str) -> list[dict]:

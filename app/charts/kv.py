@@ -4,7 +4,7 @@ cached / free), beside a map of the block pool now, one cell per block, grouped 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from app.charts.common import (
     KV_COLORS,
@@ -134,6 +134,14 @@ def block_map(steps: Sequence[Record], max_cells: int = 1024) -> list[Record]:
             }
         )
     return cells
+
+
+def kv_rows(
+    steps: Sequence[Record], people: Iterable[int], last: int, with_overview: bool
+) -> dict[str, list[Record]]:
+    """The datasets the browser view feeds (``rows.js`` ``CHART_ROWS.kv``, held equal)."""
+    win = window(steps, last)
+    return {"kv_series": kv_series(win), "blocks": block_map(win)}
 
 
 def kv_chart(

@@ -3,7 +3,7 @@ compute, host update); gaps in the compute lane are the device idle."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from app.charts.common import LANE_COLORS, color_scale, dataset, spec, tooltip, window
 from engine.core.records import LANES, Record
@@ -39,6 +39,13 @@ def device_busy(spans: Sequence[Record]) -> float:
     wall = max(s["end_ms"] for s in spans) - min(s["start_ms"] for s in spans)
     busy = sum(s["ms"] for s in spans if s["lane"] == "compute")
     return busy / wall if wall > 0 else 0.0
+
+
+def lane_rows(
+    steps: Sequence[Record], people: Iterable[int], last: int, with_overview: bool
+) -> dict[str, list[Record]]:
+    """The dataset the browser view feeds (``rows.js`` ``CHART_ROWS.lanes``, held equal)."""
+    return {"lanes": lane_spans(steps, last)}
 
 
 def lane_chart(

@@ -133,6 +133,17 @@ def _slot_rows(
     return rows, queue_series(win), win, step_scale([lo, hi]), many
 
 
+def slot_rows(
+    steps: Sequence[Record], people: Iterable[int], last: int, with_overview: bool
+) -> dict[str, list[Record]]:
+    """The datasets the browser view feeds (``rows.js`` ``CHART_ROWS.slots``, held equal)."""
+    rows, queue_rows, *_ = _slot_rows(steps, set(people), last, with_overview)
+    out = {"spans": rows, "queue": queue_rows}
+    if with_overview:
+        out["overview"] = overview(list(steps))
+    return out
+
+
 def _gantt(rows, named: bool, height: int, title: str, xs: dict, many: bool) -> dict:
     person = "datum.who === 'person'"
     return {

@@ -149,6 +149,20 @@ def prefill_bars(rows: Iterable[Record]) -> list[Record]:
     ]
 
 
+def stall_rows(
+    steps: Sequence[Record], people: Iterable[int], last: int, with_overview: bool
+) -> dict[str, list[Record]]:
+    """The datasets the browser view feeds (``rows.js`` ``CHART_ROWS.stalls``, held equal)."""
+    rows = itl_per_step(steps)
+    rows = rows[-last:] if last else rows
+    return {
+        "prefill": prefill_bars(rows),
+        "admissions": admission_markers(rows),
+        "machine": machine_markers(rows),
+        "itl_lines": stall_lines(rows),
+    }
+
+
 ORANGE = PHASE_COLORS["prefill"]  # admissions are drawn in the prefill colour
 ADMISSION_TIP = ("step:Q", "admitted:Q", "requests:N", "prefill_tokens:Q", "cached_tokens:Q")
 

@@ -1,4 +1,4 @@
-/* Fluxo browser view, the charts: four Vega views created once from the named-data specs, fed
+/* Fluxo browser view, the charts: the Vega views created once from the named-data specs, fed
  * incremental changesets of the rows rows.js derives from the buffer, at most ~4 renders a second
  * and none while the tab is hidden. Loaded after fluxo.js (which holds the shared state, S). */
 (function () {
@@ -109,49 +109,40 @@
     return n;
   }
 
-  /* Each chart's datasets from the buffer (the same windows as app/charts/); rows changed. */
-  const FEEDS = {
-    slots(steps, W) {
-      const budget = R.MAX_ROWS - R.OVERVIEW_BINS * R.PHASES.length - W.slots;
-      const [win, spans] = R.fitWindow(steps, W.slots, S.people, budget);
-      const rows = spans.map(sp => ({slot: sp.slot, request: sp.request, phase: sp.phase, start: sp.start, end: sp.end,
-                                     tokens: sp.tokens, who: sp.who}));
-      let changed = feed("slots", "spans", rows, r => r.slot + ":" + r.start);
-      changed += feed("slots", "queue", R.queueSeries(win), r => r.step);
-      if (S.args.overview !== false) changed += feed("slots", "overview", R.overview(steps), r => r.step + ":" + r.phase);
-      return changed;
-    },
-    stalls(steps, W) {
-      let rows = R.itlPerStep(steps);
-      rows = W.stalls ? rows.slice(-W.stalls) : rows;
-      return feed("stalls", "prefill", R.prefillBars(rows), r => r.step) +
-        feed("stalls", "admissions", R.admissionMarkers(rows), r => r.step) +
-        feed("stalls", "machine", R.machineMarkers(rows), r => r.step) +
-        feed("stalls", "itl_lines", R.stallLines(rows), r => r.step + ":" + r.series);
-    },
-    kv(steps, W) {
-      const win = R.window(steps, W.kv);
-      return feed("kv", "kv_series", R.kvSeries(win), r => r.step + ":" + r.state) +
-        feed("kv", "blocks", R.blockMap(win), r => r.cell);
-    },
-    lanes(steps, W) {
-      const spans = R.laneSpans(steps, W.lanes);
-      let changed = feed("lanes", "lanes", spans, r => r.step + ":" + r.lane);
+  /* A dataset's rows keyed by the fields app/charts/registry.py declares for it. */
+  const keyOf = fields => fields.length === 1 ? (r => r[fields[0]]) : (r => fields.map(f => r[f]).join(":"));
+
+  /* Signals a view sets from its rows besides its datasets: the lane chart's title. */
+  const SIGNALS = {
+    lanes(steps, rows) {
       const runner = steps.length ? steps[steps.length - 1].runner : "";
-      const busy = fmt(R.deviceBusy(spans), "%", 100, 0);
-      const title = `${w("chart_lanes")} · ${runner} · ${w("m_busy")} ${busy}`;
-      if (S.views.lanes.signal("lane_title") !== title) { S.views.lanes.signal("lane_title", title); changed++; }
-      return changed;
+      const busy = fmt(R.deviceBusy(rows.lanes), "%", 100, 0);
+      return {lane_title: `${w("chart_lanes")} · ${runner} · ${w("m_busy")} ${busy}`};
     },
   };
+
+  /* One chart: its datasets from the buffer (rows.js CHART_ROWS, the registry's windows), fed
+   * by their declared keys; a dataset the chart does not return (no overview) is left alone. */
+  function feedChart(name, meta) {
+    const rows = R.CHART_ROWS[name](S.buffer, meta.window, S.people, S.args.overview !== false);
+    let changed = 0;
+    for (const [data, fields] of Object.entries(meta.datasets)) {
+      if (rows[data] !== undefined) changed += feed(name, data, rows[data], keyOf(fields));
+    }
+    const signals = SIGNALS[name] ? SIGNALS[name](S.buffer, rows) : {};
+    for (const [sig, value] of Object.entries(signals)) {
+      if (S.views[name].signal(sig) !== value) { S.views[name].signal(sig, value); changed++; }
+    }
+    return changed;
+  }
 
   function render() {
     if (!S.dirty || document.hidden) return;
     const t0 = performance.now();
     S.dirty = false;
     let changed = 0;
-    for (const name of ["slots", "stalls", "kv", "lanes"]) {
-      if (S.views[name]) changed += FEEDS[name](S.buffer, S.windows);
+    for (const [name, meta] of Object.entries(S.args.charts || {})) {
+      if (S.views[name]) changed += feedChart(name, meta);
     }
     for (const v of Object.values(S.views)) v.runAsync();
     showLastStep();

@@ -2,7 +2,7 @@
  *
  * Live mode: this browser session opens its own websocket to the engine server (its own client:
  * its own identity and per-client limits), subscribes to the step stream, keeps a bounded ring
- * buffer of step records, and draws four Vega views created ONCE from the named-data specs of
+ * buffer of step records, and draws its Vega views created ONCE from the named-data specs of
  * app/charts/. New steps become incremental changesets (insert new rows, remove rows that left
  * the window, modify rows that changed, e.g. the open run of a slot), applied at most ~4 times a
  * second, never while the tab is hidden (the subscription is dropped then and taken again with
@@ -79,8 +79,12 @@
     doc.addEventListener("click", onClick, true);
     window.addEventListener("pagehide", () => doc.removeEventListener("click", onClick, true));
   })();
+  /* The frame as tall as its content. The body's own box, not the document's scrollHeight: that
+   * is never less than the frame itself, so a frame taller than its content (one chart alone in
+   * a frame sized for four) grew by the 4 px margin on every message, without end (26,709 px
+   * after ~30 s, measured 2026-12-07). */
   function setHeight() {
-    const h = Math.ceil(document.documentElement.scrollHeight) + 4;
+    const h = Math.ceil(document.body.getBoundingClientRect().height) + 4;
     if (Math.abs(h - S.frameHeight) > 2) {
       S.frameHeight = h;
       post("streamlit:setFrameHeight", {height: h});
@@ -144,7 +148,6 @@
     const modeChanged = S.mode !== args.mode;
     S.mode = args.mode;
     S.bufferSize = args.buffer || 1000;
-    S.windows = Object.assign({slots: 300, stalls: 300, kv: 2000, lanes: 12}, args.windows || {});
     $("fluxo-charts").style.setProperty("--min-col", (args.min_column || 720) + "px");
     $("fluxo-chat").hidden = !args.chat;
     $("fluxo-metrics").hidden = !args.metrics;

@@ -1,8 +1,9 @@
 /* Fluxo browser view: the chart rows, derived from step records in the browser.
  *
- * Ports of the data functions of app/charts/, line for line: the same records give the same
- * rows (tests/e2e/test_view.py loads recorded telemetry into Chromium and compares every row
- * with the Python functions'). Keep the two in step: change one, change the other.
+ * The page draws only from these rows. app/charts/ holds their Python twins, line for line, as an
+ * independent oracle: tests/app/test_rows_js.py loads recorded telemetry into Chromium and
+ * compares every row with the Python functions'. Keep the two in step: change one, change the
+ * other. ``CHART_ROWS`` at the end gives each chart of app/charts/registry.py its datasets.
  * Python None is null here; integer division is Math.floor; sums run left to right as in Python.
  */
 (function (root) {
@@ -288,7 +289,48 @@
     return wall > 0 ? busy / wall : 0;
   }
 
+  // -- tokens per step ------------------------------------------------------------------------
+  const TOKEN_PHASES = ["prefill", "decode", "dead"];
+
+  function stepTokens(steps) {
+    const out = [];
+    for (const r of steps) {
+      const t = r.tokens || {};
+      TOKEN_PHASES.forEach((p, i) => out.push({step: r.step, phase: p, order: i, tokens: t[p] || 0}));
+    }
+    return out;
+  }
+
+  // -- every chart's datasets -------------------------------------------------------------------
+  /* What the view feeds each chart app/charts/registry.py declares: {dataset: rows} from the
+   * buffer, ``last`` steps drawn (the twins of the registry's ``rows``, held equal by
+   * tests/app/test_rows_js.py). The view keys each dataset's rows by the fields declared there. */
+  const SPAN_FIELDS = ["slot", "request", "phase", "start", "end", "tokens", "who"];
+  const CHART_ROWS = {
+    slots(steps, last, people, withOverview) {
+      const budget = MAX_ROWS - (withOverview ? OVERVIEW_BINS * PHASES.length : 0) - last;
+      const [win, spans] = fitWindow(steps, last, people, budget);
+      const out = {spans: spans.map(sp => Object.fromEntries(SPAN_FIELDS.map(f => [f, sp[f]]))),
+                   queue: queueSeries(win)};
+      if (withOverview) out.overview = overview(steps);
+      return out;
+    },
+    stalls(steps, last) {
+      let rows = itlPerStep(steps);
+      rows = last ? rows.slice(-last) : rows;
+      return {prefill: prefillBars(rows), admissions: admissionMarkers(rows), machine: machineMarkers(rows),
+              itl_lines: stallLines(rows)};
+    },
+    kv(steps, last) {
+      const win = window_(steps, last);
+      return {kv_series: kvSeries(win), blocks: blockMap(win)};
+    },
+    lanes(steps, last) { return {lanes: laneSpans(steps, last)}; },
+    tokens(steps, last) { return {step_tokens: stepTokens(window_(steps, last))}; },
+  };
+
   root.FluxoRows = {
+    CHART_ROWS, stepTokens,
     MAX_ROWS, OVERVIEW_BINS, PHASES, KV_STATES, SLOW_FACTOR, STALL_FACTOR,
     window: window_, phase, slotSpans, queueSeries, bins, overview, fitWindow, itlPerStep, admissionMarkers,
     machineMarkers, stallLines, prefillBars, blockSize, kvSeries, requestKvTokens, blockMap, laneSpans, deviceBusy,

@@ -266,7 +266,7 @@ for col, side in ((left, "a"), (right, "b")):
             projector=ctx.projector,
             names=ctx.charts,
             min_column=320,
-            kv_height=200,
+            heights={"kv": 200},
             caption=caption,
             height=1900,
         )

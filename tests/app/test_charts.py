@@ -89,7 +89,7 @@ def test_the_stall_chart_time_axis_can_be_fixed(runs):
     # and step ticks that never run together (the walkthrough's "2086020880…" on the queue chart)
     x = fixed["encoding"]["x"]["axis"]
     assert x["labelOverlap"] == "greedy" and x["tickCount"] <= 6
-    named = charts.named_charts(stall_max_ms=1000)["stalls"]
+    named = charts.named_charts(y_max_ms=1000)["stalls"]
     assert named["layer"][1]["layer"][2]["encoding"]["y"]["scale"]["domain"] == [0, 1000]
 
 
@@ -186,7 +186,7 @@ def test_64_slots_2000_steps_stay_small_and_fast(big):
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
-        built = charts.all_charts(steps, people, last=300)
+        built = charts.all_charts(steps, people)
         payload = json.dumps(built)
         times.append(time.perf_counter() - t0)
     rows = {name: charts.rows_sent(spec) for name, spec in built.items()}

@@ -130,55 +130,34 @@ def test_js_rows_equal_python_rows(js_page, runs, policy, variant):
         assert any(c["state"] == "cached" for m in want["block_map"] for c in m)
 
 
-FILL_JS = """([steps, people]) => {
+CHART_ROWS_JS = """([steps, people, meta]) => {
   const R = window.FluxoRows;
-  const [win, spans] = \
-R.fitWindow(steps, 300, new Set(people), R.MAX_ROWS - R.OVERVIEW_BINS * 4 - 300);
-  const itl = R.itlPerStep(steps).slice(-300);
-  return {spans: spans.map(s => ({slot: s.slot, request: s.request, phase: s.phase, \
-start: s.start, end: s.end,
-                                  tokens: s.tokens, who: s.who})),
-          queue: R.queueSeries(win), itl_lines: R.stallLines(itl), \
-admissions: R.admissionMarkers(itl),
-          kv_series: R.kvSeries(R.window(steps, 2000)), \
-blocks: R.blockMap(R.window(steps, 2000)),
-          lanes: R.laneSpans(steps, 12)};
+  const rows = {};
+  for (const [name, m] of Object.entries(meta)) {
+    rows[name] = [true, false].map(o => R.CHART_ROWS[name](steps, m.window, new Set(people), o));
+  }
+  return {rows, names: Object.keys(R.CHART_ROWS)};
 }"""
 
 
-def dataset_names(node, found: set[str] | None = None) -> set[str]:
-    """The named datasets a spec declares (none of them may carry values)."""
-    found = set() if found is None else found
-    if isinstance(node, dict):
-        if isinstance(node.get("data"), dict) and "name" in node["data"]:
-            found.add(node["data"]["name"])
-            assert "values" not in node["data"]
-        for v in node.values():
-            dataset_names(v, found)
-    elif isinstance(node, list):
-        for v in node:
-            dataset_names(v, found)
-    return found
-
-
-def test_js_rows_fill_the_python_specs(js_page, runs):
-    """What the browser feeds each named dataset is what the inline Python chart would carry."""
-    steps, requests = runs["continuous"]
+@pytest.mark.parametrize("policy", ["static", "continuous", "async"])
+def test_every_registered_chart_gets_its_datasets_from_rows_js(js_page, runs, policy):
+    """rows.js feeds every chart of app/charts/registry.py, no more and no fewer, exactly the
+    datasets the registry declares, equal to the registry's Python twins, and each row is the
+    only one with its declared key (the view updates rows by key)."""
+    steps, requests = runs[policy]
     people = {r["id"] for r in requests if r["client"] != "traffic"}
-    got = js_page.evaluate(FILL_JS, [steps, sorted(people)])
-    slots = charts.slot_chart(steps, people)
-    stalls = charts.stall_chart(steps)
-    kv = charts.kv_chart(steps)
-    lanes = charts.lane_chart(steps)
-    assert got["spans"] == normalize(slots["vconcat"][0]["data"]["values"])
-    assert got["queue"] == normalize(slots["vconcat"][1]["data"]["values"])
-    assert got["itl_lines"] == normalize(stalls["layer"][1]["layer"][2]["data"]["values"])
-    assert got["admissions"] == normalize(stalls["layer"][1]["layer"][0]["data"]["values"])
-    assert got["kv_series"] == normalize(kv["hconcat"][0]["data"]["values"])
-    assert got["blocks"] == normalize(kv["hconcat"][1]["data"]["values"])
-    assert got["lanes"] == normalize(lanes["data"]["values"])
-    # and the named specs name exactly the datasets the browser feeds
-    named = charts.named_charts()
-    for chart, names in charts.DATASETS.items():
-        assert dataset_names(named[chart]) == set(names), chart
-        charts.as_altair(named[chart], validate=True)
+    meta = charts.view_meta(list(charts.BY_NAME))
+    got = js_page.evaluate(CHART_ROWS_JS, [steps, sorted(people), meta])
+    assert sorted(got["names"]) == sorted(charts.BY_NAME)
+    for c in charts.CHARTS:
+        for js, with_overview in zip(got["rows"][c.name], (True, False), strict=True):
+            assert js == normalize(c.rows(steps, people, c.window, with_overview)), c.name
+        assert set(got["rows"][c.name][0]) == set(charts.DATASETS[c.name]), c.name
+        for data, fields in c.datasets:
+            keys = [tuple(r[f] for f in fields) for r in got["rows"][c.name][0][data]]
+            assert len(keys) == len(set(keys)), (c.name, data)
+    if policy == "static":  # the tokens chart shows a closed batch's dead tokens
+        assert any(
+            r["phase"] == "dead" and r["tokens"] for r in got["rows"]["tokens"][0]["step_tokens"]
+        )
