@@ -19,10 +19,14 @@ WORDS = {
         "send": "Send my answer",
         "sent": "Your answer: **{v}**. You can change it until the presenter locks.",
         "class": "{n} answers · median {m}",
+        "class_1": "1 answer · median {m}",
+        "engine_alone": "The engine's answer: **{v}** ({src}).",
         "locked": "Answers are locked.",
         "engine": "The engine's answer: **{v}** ({src}); stored runs {lo}-{hi} "
         "({runs} runs, {when})",
         "machine": "this machine's pre-class check, {when}",
+        "run": "measured by the comparison the class watched",
+        "earlier_runs": "earlier comparisons on this page",
         "typed": "read off the page by the presenter",
         "yours": "You said **{v}**.",
         "lock": "Lock the answers",
@@ -37,10 +41,14 @@ WORDS = {
         "send": "Enviar minha resposta",
         "sent": "Sua resposta: **{v}**. Dá para mudar até quem apresenta travar.",
         "class": "{n} respostas · mediana {m}",
+        "class_1": "1 resposta · mediana {m}",
+        "engine_alone": "A resposta do motor: **{v}** ({src}).",
         "locked": "As respostas estão travadas.",
         "engine": "A resposta do motor: **{v}** ({src}); execuções guardadas {lo}-{hi} "
         "({runs} execuções, {when})",
         "machine": "a verificação antes da aula desta máquina, {when}",
+        "run": "medida pela comparação que a turma viu",
+        "earlier_runs": "comparações anteriores nesta página",
         "typed": "lida na página por quem apresenta",
         "yours": "Você disse **{v}**.",
         "lock": "Travar as respostas",
@@ -76,24 +84,64 @@ def _fmt(q: predictions.Question, v: float | None, lang: str) -> str:
 
 @st.fragment(run_every=2.0)
 def _question(folder: Path, q: predictions.Question, presenter: bool, lang: str) -> None:
+    _body(folder, q, presenter, lang)
+
+
+def compare(q: predictions.Question, presenter: bool, lang: str) -> None:
+    """Compare's question before its run. The presenter's page asks it; every session on Compare
+    shows the question the presenter's page asks (a student's own preset widgets do not move)."""
+    if presenter:
+        board().ask("compare", q.key)
+    _compare(q.key, presenter, lang)
+
+
+@st.fragment(run_every=2.0)
+def _compare(own: str, presenter: bool, lang: str) -> None:
+    key = own if presenter else (board().asked("compare") or own)
+    q = next(q for q in predictions.COMPARE_QUESTIONS.values() if q.key == key)
+    _body(None, q, presenter, lang)
+
+
+def lock(q: predictions.Question) -> None:
+    """The run starts: the answers are final."""
+    board().lock(q.key)
+
+
+def reveal(q: predictions.Question, result: dict) -> float | None:
+    """The run ended: its measured ratio is the engine's answer, shown to every session."""
+    value = predictions.measured(q, result)
+    if value is not None:
+        board().reveal(q.key, value)
+    return value
+
+
+def _body(folder: Path | None, q: predictions.Question, presenter: bool, lang: str) -> None:
     words, b = WORDS[lang], board()
     seen = b.view(q.key, _session())
-    stored = predictions.stored_answer(folder, q)  # once a run (cached by measured.json's mtime)
-    with st.container(border=True, key=f"predict_{q.number}"):
+    if folder is not None:  # once a run (cached by measured.json's mtime)
+        stored = predictions.stored_answer(folder, q)
+    else:  # Compare: the earlier comparisons' answers on this page
+        earlier = seen["earlier"]
+        when = words["earlier_runs"]
+        stored = earlier and {"lo": min(earlier), "hi": max(earlier), "runs": len(earlier)}
+        stored = {**stored, "when": when} if stored else None
+    box = f"predict_{q.number}" if folder is not None else f"predict_{q.key.replace(':', '_')}"
+    with st.container(border=True, key=box):
         st.markdown(f"**{words['predict']}** · {q.text[lang]}")
         if not seen["locked"]:
             _answer_form(q, b, words, lang, seen)
         elif seen["mine"] is not None:
             st.markdown(words["yours"].format(v=_fmt(q, seen["mine"], lang)))
         if presenter or seen["locked"]:  # students see the class once answers are final
-            st.caption(words["class"].format(n=seen["count"], m=_fmt(q, seen["median"], lang)))
+            said = words["class_1" if seen["count"] == 1 else "class"]
+            st.caption(said.format(n=seen["count"], m=_fmt(q, seen["median"], lang)))
             _histogram(q, seen, stored)
         if seen["revealed"] is not None:
             _engine_line(q, seen, stored or {}, words, lang)
         elif seen["locked"]:
             st.caption(words["locked"])
         if presenter:
-            _presenter_controls(q, b, words, seen)
+            _presenter_controls(q, b, words, seen, typed=folder is not None)
 
 
 def _answer_form(
@@ -165,9 +213,12 @@ def _histogram(q: predictions.Question, seen: dict, stored: dict | None) -> None
 def _engine_line(q: predictions.Question, seen: dict, stored: dict, words: dict, lang: str) -> None:
     machine = predictions.machine_answer(q)
     from_machine = machine is not None and machine["value"] == seen["revealed"]
-    src = words["typed"]
+    src = words["run"] if q.answer.startswith(("ratios:", "score_ratios:")) else words["typed"]
     if from_machine and machine:
         src = words["machine"].format(when=machine["when"])
+    if not stored:  # no stored runs (a first comparison on this page): no empty range
+        st.markdown(words["engine_alone"].format(v=_fmt(q, seen["revealed"], lang), src=src))
+        return
     st.markdown(
         words["engine"].format(
             v=_fmt(q, seen["revealed"], lang),
@@ -180,8 +231,11 @@ def _engine_line(q: predictions.Question, seen: dict, stored: dict, words: dict,
     )
 
 
-def _presenter_controls(q: predictions.Question, b: predictions.Board, words: dict, seen) -> None:
-    """Lock / unlock, reveal (this machine's pre-class value, or what the page showed), clear."""
+def _presenter_controls(
+    q: predictions.Question, b: predictions.Board, words: dict, seen, typed: bool = True
+) -> None:
+    """Lock / unlock, reveal (this machine's pre-class value, or what the page showed; not on
+    Compare, where the run reveals its own answer), clear."""
     machine = predictions.machine_answer(q)
     row = st.container(horizontal=True)
     if not seen["locked"] and row.button(words["lock"], key=f"lock_{q.key}"):
@@ -191,7 +245,7 @@ def _presenter_controls(q: predictions.Question, b: predictions.Board, words: di
     if final and row.button(words["unlock"], key=f"un_{q.key}"):
         b.lock(q.key, False)
         st.rerun(scope="fragment")
-    if seen["revealed"] is None:
+    if typed and seen["revealed"] is None:
         default = machine["value"] if machine else (q.lo + q.hi) / 2
         value = row.number_input(words["value"], value=float(default), key=f"rv_{q.key}")
         if row.button(words["reveal"], key=f"reveal_{q.key}", type="primary"):

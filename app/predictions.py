@@ -57,7 +57,7 @@ class Question:
     lo: float
     hi: float
     step: float
-    answer: str  # live:checkN or full:checkN
+    answer: str  # live:checkN or full:checkN; a Compare run's: ratios:<key> or score_ratios:<key>
 
 
 def questions(scenario: dict[str, Any]) -> list[Question]:
@@ -78,6 +78,69 @@ def questions(scenario: dict[str, Any]) -> list[Question]:
         key = f"{number}:{q['id']}"
         out.append(Question(key, number, text, q.get("unit", "x"), lo, hi, step, q["answer"]))
     return out
+
+
+def _cmp(name: str, en: str, pt: str, lo: float, hi: float, step: float, answer: str) -> Question:
+    return Question(f"cmp:{name}", 0, {"en": en, "pt-BR": pt}, "x", lo, hi, step, answer)
+
+
+# The Compare page's runs carry a question too: the ratio its run measures answers it, revealed
+# as soon as the run ends (no typing: the run that the class watched is the answer).
+COMPARE_QUESTIONS = {
+    "batching": _cmp(
+        "batching",
+        "How many times static's tokens per second will continuous serve (B/A)?",
+        "Quantas vezes os tokens por segundo do static o continuous vai servir (B/A)?",
+        0.5,
+        10.0,
+        0.1,
+        "ratios:throughput_b_over_a",
+    ),
+    "stall": _cmp(
+        "stall",
+        "Chunked prefill: its ITL p99 as a multiple of unchunked's (B/A)?",
+        "Prefill em pedaços: seu ITL p99 como múltiplo do sem pedaços (B/A)?",
+        0.0,
+        2.0,
+        0.05,
+        "ratios:itl_p99_b_over_a",
+    ),
+    "memory": _cmp(
+        "memory",
+        "How many times as many requests run at once with paged KV (B/A, peak)?",
+        "Quantas vezes mais requisições rodam ao mesmo tempo com KV paginado (B/A, pico)?",
+        0.5,
+        8.0,
+        0.1,
+        "ratios:peak_running_b_over_a",
+    ),
+    "overlap": _cmp(
+        "overlap",
+        "The async runner's tokens per second over the sync one's (B/A)?",
+        "Os tokens por segundo do executor async sobre os do sync (B/A)?",
+        0.5,
+        2.0,
+        0.05,
+        "ratios:throughput_b_over_a",
+    ),
+    "trace": _cmp(
+        "trace",
+        "Policy B's goodput (requests/s within the targets) over policy A's (B/A)?",
+        "O goodput da política B (requisições/s dentro das metas) sobre o da A (B/A)?",
+        0.0,
+        3.0,
+        0.05,
+        "score_ratios:goodput_rps_b_over_a",
+    ),
+}
+
+
+def measured(q: Question, result: dict[str, Any]) -> float | None:
+    """A Compare run's answer to its question: the ratio the run measured (None if it did not)."""
+    part, _, key = q.answer.partition(":")
+    value = (result.get(part) or {}).get(key)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 @functools.lru_cache(maxsize=32)
@@ -129,12 +192,24 @@ class Tally:
 
 
 class Board:
-    """Every question's answers, shared by the page's sessions (thread-safe)."""
+    """Every question's answers, shared by the page's sessions (thread-safe); which question the
+    presenter's Compare page asks now; and the answers revealed before (this page process)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._tallies: dict[str, Tally] = {}
         self._clock = clock
+        self._asked: dict[str, str] = {}  # a page ("compare") -> the key of its question now
+        self._revealed: dict[str, list[float]] = {}  # key -> every answer revealed, in order
+
+    def ask(self, page: str, key: str) -> None:
+        """The presenter's page asks ``key`` now: every session on that page shows it."""
+        with self._lock:
+            self._asked[page] = key
+
+    def asked(self, page: str) -> str | None:
+        with self._lock:
+            return self._asked.get(page)
 
     def _tally(self, key: str) -> Tally:
         return self._tallies.setdefault(key, Tally())
@@ -169,6 +244,7 @@ class Board:
         with self._lock:
             t = self._tally(key)
             t.locked, t.revealed = True, float(value)
+            self._revealed.setdefault(key, []).append(float(value))
 
     def reset(self, key: str) -> None:
         with self._lock:
@@ -181,6 +257,9 @@ class Board:
             values = sorted(t.answers.values())
             mine = t.answers.get(session) if session is not None else None
             return {
+                "earlier": list(self._revealed.get(key, []))[
+                    : -1 if t.revealed is not None else None
+                ],
                 "count": len(values),
                 "median": statistics.median(values) if values else None,
                 "values": values,

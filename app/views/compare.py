@@ -6,7 +6,7 @@ import tomllib
 import pandas as pd
 import streamlit as st
 
-from app import browser_view, evidence, evidence_page, i18n, state, ui
+from app import browser_view, evidence, evidence_page, i18n, predict_view, predictions, state, ui
 from engine.workloads import trace
 from engine.workloads.lessons import compares, lesson_dirs
 
@@ -67,17 +67,22 @@ def run_live() -> dict | None:
         key="cmp_mode",
         format_func=lambda m: w["cmp_mode_" + m],
     )
-    request = run_presets(presenter) if mode == "presets" else run_trace(c, presenter)
+    request, question = run_presets(presenter) if mode == "presets" else run_trace(c, presenter)
     if request is not None and presenter:
+        predict_view.lock(question)  # the run starts: the class's answers are final
         with st.spinner(w["cmp_wait"]):
             answer = ui.send(c, "compare", timeout=600, **request)
         if answer is not None:
             st.session_state["cmp_result"] = answer
+            predict_view.reveal(question, answer)  # the run's own ratio answers it
         st.rerun()
     return st.session_state.get("cmp_result")
 
 
-def run_trace(c, presenter: bool) -> dict | None:
+Asked = tuple[dict | None, predictions.Question]  # the run to ask the engine for; its question
+
+
+def run_trace(c, presenter: bool) -> Asked:
     """Two policies (the engine's: built-ins and loaded ones) scored on a request trace."""
     names, label = ui.policy_choices(c.snapshot(steps=0).state.get("policies"), None, w)
     t1, t2, t3, t4 = st.columns([2, 1, 1, 1])
@@ -111,12 +116,14 @@ def run_trace(c, presenter: bool) -> dict | None:
         help=w["cmp_scale_help"],
     )
     st.caption(w["cmp_trace_line"].format(t=w[TRACES[which]], a=label(pa), b=label(pb)))
+    question = predictions.COMPARE_QUESTIONS["trace"]
+    predict_view.compare(question, presenter, lang)
     if not st.button(w["cmp_trace_run"], key="cmp_trun", type="primary", disabled=not presenter):
-        return None
-    return dict(workload=which, a={"policy": pa}, b={"policy": pb}, scale=scale)
+        return None, question
+    return dict(workload=which, a={"policy": pa}, b={"policy": pb}, scale=scale), question
 
 
-def run_presets(presenter: bool) -> dict | None:
+def run_presets(presenter: bool) -> Asked:
     """The lessons' workloads under two configurations."""
     p1, p2 = st.columns([2, 1])
     preset = p1.radio(
@@ -137,9 +144,11 @@ def run_presets(presenter: bool) -> dict | None:
     st.caption(
         w["cmp_line"].format(w=workload, a=i18n.settings(a_cfg, lang), b=i18n.settings(b_cfg, lang))
     )
+    question = predictions.COMPARE_QUESTIONS[workload]
+    predict_view.compare(question, presenter, lang)
     if not st.button(w["cmp_run"], key="cmp_run", type="primary", disabled=not presenter):
-        return None
-    return dict(workload=workload, a=a_cfg, b=b_cfg, scale=scale)
+        return None, question
+    return dict(workload=workload, a=a_cfg, b=b_cfg, scale=scale), question
 
 
 def show_score(result: dict) -> None:

@@ -13,7 +13,7 @@ from servers import settled_step, start_engine, stop
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from app import charts, evidence, evidence_check
+from app import charts, evidence, evidence_check, predict_view, predictions
 
 APP = Path(__file__).resolve().parents[2] / "app"
 
@@ -184,9 +184,17 @@ def test_compare_page(page, probe):
     assert at.radio(key="cmp_preset").options[0] == "static vs continuous"
     assert at.select_slider(key="cmp_scale").value == 0.5  # lesson 2's scale for this workload
     at.select_slider(key="cmp_scale").set_value(0.1)
+    # the run carries its question (issue 41): answered before, locked by the run, answered by it
+    q = predictions.COMPARE_QUESTIONS["batching"]
+    predict_view.board().reset(q.key)
+    at.number_input(key=f"pred_{q.key}").set_value(3.0)
+    at.button(key=f"pred_{q.key}_send").click().run()
+    assert predict_view.board().view(q.key)["count"] == 1
     at.button(key="cmp_run").click().run(timeout=300)
     assert not at.error, [e.value for e in at.error]
     result = at.session_state["cmp_result"]
+    seen = predict_view.board().view(q.key)
+    assert seen["locked"] and seen["revealed"] == result["ratios"]["throughput_b_over_a"]
     assert (
         result["a"]["config"]["policy"] == "static"
         and result["b"]["config"]["policy"] == "continuous"

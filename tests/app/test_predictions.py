@@ -98,3 +98,48 @@ def test_a_question_must_say_its_range_and_answer():
     bad["predict"][0].update(min=0, answer="somewhere")
     with pytest.raises(ValueError, match="answer"):
         predictions.questions(bad)
+
+
+def test_a_compare_run_answers_its_own_question():
+    """Each Compare preset (and the trace comparison) asks a question in both languages; the run's
+    measured ratio answers it; a ratio the run did not measure answers nothing."""
+    assert set(predictions.COMPARE_QUESTIONS) == {"batching", "stall", "memory", "overlap", "trace"}
+    for name, q in predictions.COMPARE_QUESTIONS.items():
+        assert (
+            q.key == f"cmp:{name}" and q.text["en"].endswith("?") and q.text["pt-BR"].endswith("?")
+        )
+        part, _, key = q.answer.partition(":")
+        assert predictions.measured(q, {part: {key: 2.25}}) == 2.25
+        for bad in (float("nan"), True, "2", None):
+            assert predictions.measured(q, {part: {key: bad}}) is None
+        assert predictions.measured(q, {}) is None
+
+
+def test_the_lessons_recorded_comparisons_fit_the_compare_sliders():
+    """A student can predict what a lesson's recorded comparison measured: its ratio lies on the
+    Compare question's slider."""
+    from app import recording
+
+    checked = 0
+    for path in recording.lesson_recordings().values():
+        meta = recording.load(path).meta
+        q = predictions.COMPARE_QUESTIONS.get(meta.get("workload"))
+        value = q and predictions.measured(q, meta)
+        if value is not None:
+            assert q.lo <= value <= q.hi, (path, q.key, value)
+            checked += 1
+    assert checked >= 3
+
+
+def test_the_presenter_s_page_asks_and_earlier_reveals_are_kept():
+    b, q = Board(Clock()), _q()
+    assert b.asked("compare") is None
+    b.ask("compare", "cmp:stall")
+    assert b.asked("compare") == "cmp:stall"
+    b.reveal(q.key, 2.0)
+    assert b.view(q.key)["earlier"] == []  # the one shown now is not an earlier one
+    b.reset(q.key)
+    b.reveal(q.key, 3.0)
+    assert b.view(q.key)["earlier"] == [2.0] and b.view(q.key)["revealed"] == 3.0
+    b.reset(q.key)
+    assert b.view(q.key)["earlier"] == [2.0, 3.0]

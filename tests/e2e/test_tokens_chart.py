@@ -1,7 +1,7 @@
 """The tokens-per-step chart, picked alone, on lesson 2's recording in pt-BR (no engine): the
 closed batch (run a, static) shows dead tokens, the batch that never closes (run b) none; the
 view's frame keeps the height of its one chart. The screenshot is
-tests/artifacts/12-tokens-pt-BR.png."""
+tests/artifacts/14-tokens-pt-BR.png."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_the_tokens_chart_shows_the_closed_batch_s_dead_tokens(offline, browser)
         page.wait_for_timeout(1000)
         heights.append(page.locator(VIEW).bounding_box()["height"])
     assert heights[0] == heights[-1] < 1500, heights
-    page.locator(VIEW).screenshot(path=str(ARTIFACTS / "12-tokens-pt-BR.png"))
+    page.locator(VIEW).screenshot(path=str(ARTIFACTS / "14-tokens-pt-BR.png"))
     flow = _tokens(page, offline, "b")
     page.close()
     assert static["n"] and static["n"] % 3 == 0  # one row per step and phase
