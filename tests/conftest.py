@@ -54,41 +54,17 @@ def one_torch_thread():
 
 
 # -- lanes: `make test-fast` runs what needs neither SmolLM2, nor Chromium, nor a lesson replay ----
-# (what took over ~5 s a test in a full run: lesson replays, whole labs, subprocess servers)
-SLOW_FILES = (
-    "test_lessons.py",
-    "test_live.py",
-    "test_launcher_shapes.py",
-    "test_lab.py",
-    "test_load.py",
-    "test_protocol.py",
-    "test_device_flag.py",
-    "test_triton_kernel.py",
-    "test_kernel_build.py",
-    "test_model_loading.py",
-    "test_showcase.py",
-)
-
-
-def _mentions_smollm2(item) -> bool:
-    import inspect
-
-    fn = getattr(item, "function", None)
-    try:
-        return fn is not None and '"smollm2"' in inspect.getsource(fn)
-    except (OSError, TypeError):
-        return False
+# Declared, not guessed: ``model`` from the ``smollm2`` fixture or the test's own mark (a test that
+# starts a server or CLI on SmolLM2 marks itself; the server fixture refuses an unmarked one),
+# ``browser`` from the ``browser`` fixture or the e2e folder, ``slow`` by each module's pytestmark.
 
 
 def pytest_collection_modifyitems(config, items):
-    """Marks every test with the lanes it belongs to: ``model`` (SmolLM2: its fixture, or a server
-    or engine started on it), ``browser`` (Chromium), ``slow`` (lesson replays, whole labs)."""
+    """Marks what a test's fixtures and folder declare: ``model`` (the ``smollm2`` fixture) and
+    ``browser`` (the ``browser`` fixture, or ``tests/e2e/``)."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        path = str(item.path)
-        if "smollm2" in names or _mentions_smollm2(item):
+        if "smollm2" in names:
             item.add_marker(pytest.mark.model)
-        if "browser" in names or "/e2e/" in path or item.path.name == "test_rows_js.py":
+        if "browser" in names or "e2e" in item.path.parts:
             item.add_marker(pytest.mark.browser)
-        if item.path.name in SLOW_FILES:
-            item.add_marker(pytest.mark.slow)

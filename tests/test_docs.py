@@ -5,6 +5,7 @@ and, where it names a section, a heading of that file."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -55,3 +56,49 @@ def test_the_link_check_sees_a_missing_file_and_a_missing_section(tmp_path) -> N
         "a.md: b.md (no such file)",
         "a.md: a.md#nothing (no such section)",
     ]
+
+
+def _table_paths() -> list[str]:
+    """Every path the "Files by package" tables of docs/architecture.md name in their first column
+    (``{a,b}`` alternatives expanded)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text[text.index("## Files by package") : text.index("## Data path")]
+    cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+
+    def expand(p: str) -> list[str]:
+        m = re.search(r"\{([^}]+)\}", p)
+        if not m:
+            return [p]
+        return [
+            x for alt in m.group(1).split(",") for x in expand(p[: m.start()] + alt + p[m.end() :])
+        ]
+
+    return [x for c in cells for t in re.findall(r"`([^`]+)`", c) for x in expand(t)]
+
+
+def test_the_architecture_table_names_every_file_and_only_files_that_exist() -> None:
+    """Every source file of the packages has its row (its own, or its folder's), and every row
+    names files that exist: the table cannot drift from the tree silently."""
+    named = [n for n in _table_paths() if "/" in n]
+    tree = [
+        p.relative_to(ROOT).as_posix()
+        for top in ("kernels", "engine", "app", "observer", "tests", "lessons", "examples")
+        for p in sorted((ROOT / top).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and "vendor" not in p.parts
+    ]
+
+    def match(path: str, name: str) -> bool:
+        return path.startswith(name) if name.endswith("/") else fnmatch.fnmatch(path, name)
+
+    sources = [
+        f
+        for f in tree
+        if f.split("/")[0] in ("kernels", "engine", "app", "observer")
+        and f.endswith((".py", ".cpp", ".js", ".css", ".html"))
+        and not f.endswith("__init__.py")
+    ]
+    unnamed = [f for f in sources if not any(match(f, n) for n in named)]
+    assert not unnamed, f"files without a row in docs/architecture.md: {unnamed}"
+    lessons = re.compile(r"lessons/<[^/]+>-<[^/]+>/")
+    ghosts = [n for n in named if not lessons.fullmatch(n) and not any(match(f, n) for f in tree)]
+    assert not ghosts, f"rows naming no file: {ghosts}"

@@ -21,6 +21,8 @@ from websockets.asyncio.client import connect
 
 from engine.core import cpu
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out (lesson replays, whole labs)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

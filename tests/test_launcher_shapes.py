@@ -21,6 +21,8 @@ import pytest
 
 from tests.servers import free_port
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out (lesson replays, whole labs)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Loaded by every Python process of the lab (launcher, engine, page) through PYTHONPATH: it takes

@@ -21,9 +21,12 @@ ROWS_JS = Path(__file__).resolve().parents[2] / "app" / "component" / "rows.js"
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium"
+    ),
+    pytest.mark.browser,
+]
 
 JS = """([steps, people]) => {
   const R = window.FluxoRows;

@@ -14,7 +14,10 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.errors import DeviceUnavailable
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+pytestmark = [
+    pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU"),
+    pytest.mark.slow,  # make test-fast leaves it out
+]
 
 
 def test_engine_refuses_cuda_without_a_gpu(tiny):

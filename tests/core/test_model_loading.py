@@ -17,6 +17,8 @@ import engine
 from engine.core.errors import UnsupportedModel
 from engine.core.model import checkpoint_dir
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out (lesson replays, whole labs)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

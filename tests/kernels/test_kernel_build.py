@@ -12,6 +12,8 @@ import pytest
 
 from kernels import cpu_quant, cpu_quant_build
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out (lesson replays, whole labs)
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = (
     "from kernels import cpu_quant; print(cpu_quant.available(), cpu_quant.unavailable_reason())"

@@ -26,6 +26,8 @@ import torch
 
 from kernels.attention import paged_decode_attention_torch as reference
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out (lesson replays, whole labs)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None

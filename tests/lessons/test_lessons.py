@@ -22,6 +22,8 @@ from engine.lab.prose import NUMBER, lesson_runs, render_numbers
 from engine.lab.scenario import evaluate, load, run_lesson
 from engine.workloads.lessons import lesson_dirs
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out (lesson replays, whole labs)
+
 LESSONS = lesson_dirs()
 
 

@@ -12,6 +12,8 @@ from engine.lab import live_steps, preflight
 from engine.lab.scenario import lesson_dir, load
 from tests.servers import start_engine, stop
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out (lesson replays, whole labs)
+
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):

@@ -61,6 +61,7 @@ def test_the_policies_move_when_tokens_come_not_the_throughput(runs):
         assert run["policy_errors"] == 0 and run["preemptions"] == 0, policy
 
 
+@pytest.mark.model  # SmolLM2
 def test_lesson_11s_stored_scores_are_the_quick_replay_of_smollm2s_counts(capsys):
     """Every figure of ``score.json`` (the lesson's markers: SmolLM2 q4, the full replay) comes
     back from the quick score, which replays SmolLM2's token counts on a counting stand-in: the

@@ -26,7 +26,7 @@ import zmq
 from engine.observe import launch
 from engine.observe.translate import Translator
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.model]  # a real vLLM serving SmolLM2
 N, MAX_TOKENS = 32, 16
 # Half the chats share a system prompt of ~330 tokens (over two 128-token blocks): prefix hits.
 SHARED = "You are a patient teacher of the lab. " * 40

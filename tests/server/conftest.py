@@ -19,6 +19,8 @@ def serve(request):
     stops = []
 
     def start(model: str = "smollm2", **kwargs: Any) -> Server:
+        if model != "tiny" and request.node.get_closest_marker("model") is None:
+            raise RuntimeError(f"{request.node.nodeid} starts SmolLM2: mark it pytest.mark.model")
         weights = request.getfixturevalue("tiny" if model == "tiny" else "smollm2")
         server, stop = start_server(weights, model, **kwargs)
         stops.append(stop)

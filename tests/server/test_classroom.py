@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from server_client import open_client, url, wait_idle
 
 from engine.server.connection import Limits
@@ -83,6 +84,7 @@ async def while_comparing(server) -> tuple[int, int]:
     return last
 
 
+@pytest.mark.model  # SmolLM2
 def test_a_comparison_holds_live_stepping_and_traffic(serve):
     server = serve(max_slots=4)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_client import direct_greedy, open_client, url, wait_idle
@@ -173,6 +174,7 @@ def _is_utf8(b: bytes) -> bool:
         return False
 
 
+@pytest.mark.model  # SmolLM2
 def test_hostile_messages_get_coded_errors_and_the_server_keeps_serving(serve, smollm2):
     from engine.server.connection import Limits
 

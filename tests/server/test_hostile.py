@@ -483,6 +483,7 @@ def test_students_are_aliases_in_the_records_and_the_model_path_stays_home(serve
     assert re.fullmatch(r"http:[0-9a-f]{6}", alias) and STUDENT not in " ".join(clients)
 
 
+@pytest.mark.model  # SmolLM2
 def test_kv_blocks_beyond_memory_are_refused_and_the_engine_goes_on(serve):
     server = serve()  # SmolLM2: ~0.7 MB of fp32 K and V a 16-token block
     cache = server.engine.model_runner.cache

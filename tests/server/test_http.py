@@ -11,6 +11,7 @@ import time
 import urllib.request
 
 import openai
+import pytest
 from http_client import CHAT, client, http_records, idle_and_free, raw_request
 from server_client import open_client, url
 
@@ -21,6 +22,7 @@ from engine.server.http_api import HttpApi
 from engine.server.server import Server
 
 
+@pytest.mark.model  # SmolLM2
 def test_openai_client_streamed_and_whole_answers_equal_the_websocket_greedy_answer(serve):
     server = serve("smollm2", http_port=0)
 

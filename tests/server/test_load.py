@@ -8,11 +8,14 @@ import socket
 import statistics
 import time
 
+import pytest
 from server_client import direct_greedy, open_client, url, wait_idle
 
 from engine.server.connection import Limits
 from engine.server.server import Server
 from engine.workloads.canonical import CHAT_PROMPTS
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]  # make test-fast leaves it out: SmolLM2
 
 
 def test_64_clients_5_requests_each_all_end_exactly_once(serve):
