@@ -13,7 +13,7 @@ from typing import Any
 
 import altair as alt
 
-from engine.core.records import Record
+from engine.core.records import Record, StepRecord
 
 MAX_ROWS = 3000  # per chart, all datasets together
 OVERVIEW_BINS = 300
@@ -127,12 +127,12 @@ def step_x(scale: dict, field: str = "step") -> dict:
     }
 
 
-def window(steps: Sequence[Record], last: int) -> list[Record]:
+def window(steps: Sequence[StepRecord], last: int) -> list[Record]:
     steps = list(steps)
     return steps[-last:] if last and len(steps) > last else steps
 
 
-def step_bins(steps: Sequence[Record], bins: int) -> list[Sequence[Record]]:
+def step_bins(steps: Sequence[StepRecord], bins: int) -> list[Sequence[Record]]:
     """Consecutive records grouped by ``step // k`` (k = ceil(len / bins)): buckets aligned to step
     numbers, so appending steps changes only the last bucket (the browser view updates in place)."""
     k = max(1, math.ceil(len(steps) / bins))

@@ -18,10 +18,10 @@ from app.charts.common import (
     tooltip,
     window,
 )
-from engine.core.records import Record
+from engine.core.records import Record, StepRecord
 
 
-def record_block_size(rec: Record, default: int = 16) -> int:
+def record_block_size(rec: StepRecord, default: int = 16) -> int:
     kv = rec["kv"]
     return kv["tokens_allocated"] // kv["blocks_used"] if kv["blocks_used"] else default
 
@@ -39,7 +39,7 @@ def kv_split(kv: Record, bs: int) -> tuple[float, float, float, float, float]:
 
 
 def kv_series(
-    steps: Sequence[Record], bins: int = 300, block_size: int | None = None
+    steps: Sequence[StepRecord], bins: int = 300, block_size: int | None = None
 ) -> list[Record]:
     """KV tokens per step, split into ``KV_STATES`` (stored / shared / allocated-but-unused /
     cached / free); binned (mean, buckets aligned to step numbers) to at most ``bins`` points so a
@@ -63,7 +63,7 @@ def kv_series(
     return rows
 
 
-def request_kv_tokens(steps: Sequence[Record]) -> dict[int, int]:
+def request_kv_tokens(steps: Sequence[StepRecord]) -> dict[int, int]:
     """Tokens each request running at the last step has computed since its (re)admission, summed
     from the step records (a preemption drops its KV, so it restarts from zero)."""
     held: dict[int, int] = {}
@@ -83,7 +83,7 @@ def request_kv_tokens(steps: Sequence[Record]) -> dict[int, int]:
     return {rid: n for rid, n in held.items() if rid in running}
 
 
-def _block_owners(steps: Sequence[Record]) -> list[tuple[str, int | None, int | None]]:
+def _block_owners(steps: Sequence[StepRecord]) -> list[tuple[str, int | None, int | None]]:
     """Every block of the pool at the last step, as (state, request, slot), grouped by owner."""
     rec = steps[-1]
     kv = rec["kv"]
@@ -107,7 +107,7 @@ def _block_owners(steps: Sequence[Record]) -> list[tuple[str, int | None, int | 
     return owners
 
 
-def block_map(steps: Sequence[Record], max_cells: int = 1024) -> list[Record]:
+def block_map(steps: Sequence[StepRecord], max_cells: int = 1024) -> list[Record]:
     """The pool at the last step, one cell per block (or per group of blocks in a big pool),
     grouped by owner: blocks that hold each running request's KV (estimated from its tokens
     in the buffer; exact when its admission is in the buffer), blocks shared by several
@@ -137,7 +137,7 @@ def block_map(steps: Sequence[Record], max_cells: int = 1024) -> list[Record]:
 
 
 def kv_rows(
-    steps: Sequence[Record], people: Iterable[int], last: int, with_overview: bool
+    steps: Sequence[StepRecord], people: Iterable[int], last: int, with_overview: bool
 ) -> dict[str, list[Record]]:
     """The datasets the browser view feeds (``rows.js`` ``CHART_ROWS.kv``, held equal)."""
     win = window(steps, last)
@@ -145,7 +145,7 @@ def kv_rows(
 
 
 def kv_chart(
-    steps: Sequence[Record],
+    steps: Sequence[StepRecord],
     last: int = 2000,
     height: int = 260,
     title: str = "KV memory",

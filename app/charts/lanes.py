@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from app.charts.common import LANE_COLORS, color_scale, dataset, spec, tooltip, window
-from engine.core.records import LANES, Record
+from engine.core.records import LANES, Record, StepRecord
 
 
-def lane_spans(steps: Sequence[Record], last: int = 12) -> list[Record]:
+def lane_spans(steps: Sequence[StepRecord], last: int = 12) -> list[Record]:
     """The measured spans of the last ``last`` steps, in ms from the first one's start."""
     win = window(steps, last)
     if not win:
@@ -42,14 +42,14 @@ def device_busy(spans: Sequence[Record]) -> float:
 
 
 def lane_rows(
-    steps: Sequence[Record], people: Iterable[int], last: int, with_overview: bool
+    steps: Sequence[StepRecord], people: Iterable[int], last: int, with_overview: bool
 ) -> dict[str, list[Record]]:
     """The dataset the browser view feeds (``rows.js`` ``CHART_ROWS.lanes``, held equal)."""
     return {"lanes": lane_spans(steps, last)}
 
 
 def lane_chart(
-    steps: Sequence[Record],
+    steps: Sequence[StepRecord],
     last: int = 12,
     height: int = 230,
     title: str = "CPU / device timeline",

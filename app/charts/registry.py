@@ -21,9 +21,9 @@ from app.charts.lanes import lane_chart, lane_rows
 from app.charts.slots import slot_chart, slot_rows
 from app.charts.stalls import stall_chart, stall_rows
 from app.charts.tokens import token_chart, token_rows
-from engine.core.records import Record
+from engine.core.records import Record, StepRecord
 
-Rows = Callable[[Sequence[Record], Iterable[int], int, bool], dict[str, list[Record]]]
+Rows = Callable[[Sequence[StepRecord], Iterable[int], int, bool], dict[str, list[Record]]]
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from app.charts.registry import BY_NAME, CHARTS, ORDER
-from engine.core.records import Record
+from engine.core.records import StepRecord
 
 
 def all_charts(
-    steps: Sequence[Record], people: Iterable[int] = (), windows: dict[str, int] | None = None
+    steps: Sequence[StepRecord], people: Iterable[int] = (), windows: dict[str, int] | None = None
 ) -> dict[str, dict]:
     """Every chart with its rows inline (``windows``: steps per chart, else each one's own)."""
     steps, people, windows = list(steps), list(people), windows or {}

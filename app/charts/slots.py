@@ -22,12 +22,12 @@ from app.charts.common import (
     window,
 )
 from engine.core.metrics import slot_phase
-from engine.core.records import PHASES, Record
+from engine.core.records import PHASES, Record, StepRecord
 
 SPAN_FIELDS = ("slot", "request", "phase", "start", "end", "tokens", "who")
 
 
-def _open_span(rec: Record, s: Record, phase: str, people: set[int] | frozenset[int]) -> Record:
+def _open_span(rec: StepRecord, s: Record, phase: str, people: set[int] | frozenset[int]) -> Record:
     """A new run of slot ``s`` starting at step record ``rec``."""
     req = s["request"]
     return {
@@ -44,7 +44,7 @@ def _open_span(rec: Record, s: Record, phase: str, people: set[int] | frozenset[
 
 
 def slot_spans(
-    steps: Iterable[Record], people: set[int] | frozenset[int] = frozenset()
+    steps: Iterable[StepRecord], people: set[int] | frozenset[int] = frozenset()
 ) -> list[Record]:
     """Run-length encode the slots: one row per maximal run of consecutive steps in which a slot
     holds the same request in the same phase. ``start``/``end`` are step numbers, ``end``
@@ -80,11 +80,11 @@ def slot_spans(
     return spans
 
 
-def queue_series(steps: Iterable[Record]) -> list[Record]:
+def queue_series(steps: Iterable[StepRecord]) -> list[Record]:
     return [{"step": r["step"], "queue": r["queue_len"]} for r in steps]
 
 
-def overview(steps: Sequence[Record], bins: int = OVERVIEW_BINS) -> list[Record]:
+def overview(steps: Sequence[StepRecord], bins: int = OVERVIEW_BINS) -> list[Record]:
     """The whole buffer, binned: per bucket of steps, the mean number of slots in each phase."""
     rows: list[Record] = []
     if not steps:
@@ -108,7 +108,7 @@ def overview(steps: Sequence[Record], bins: int = OVERVIEW_BINS) -> list[Record]
 
 
 def fit_window(
-    steps: Sequence[Record], last: int, people: set[int], budget: int
+    steps: Sequence[StepRecord], last: int, people: set[int], budget: int
 ) -> tuple[list[Record], list[Record]]:
     """The last ``last`` steps, shrunk until their spans fit in ``budget`` rows."""
     win = window(steps, last)
@@ -120,7 +120,7 @@ def fit_window(
 
 
 def _slot_rows(
-    steps: Sequence[Record], people: set[int], last: int, with_overview: bool
+    steps: Sequence[StepRecord], people: set[int], last: int, with_overview: bool
 ) -> tuple[list[Record], list[Record], list[Record], dict, bool]:
     """Inline data: the window's span rows and queue rows, the window, the x scale (the window's
     steps) and whether the slots are many (smaller labels)."""
@@ -134,7 +134,7 @@ def _slot_rows(
 
 
 def slot_rows(
-    steps: Sequence[Record], people: Iterable[int], last: int, with_overview: bool
+    steps: Sequence[StepRecord], people: Iterable[int], last: int, with_overview: bool
 ) -> dict[str, list[Record]]:
     """The datasets the browser view feeds (``rows.js`` ``CHART_ROWS.slots``, held equal)."""
     rows, queue_rows, *_ = _slot_rows(steps, set(people), last, with_overview)
@@ -232,7 +232,7 @@ def _overview_area(rows, named: bool) -> dict:
 
 
 def slot_chart(
-    steps: Sequence[Record],
+    steps: Sequence[StepRecord],
     people: Iterable[int] = (),
     last: int = 300,
     height: int = 320,

@@ -19,12 +19,12 @@ from app.charts.common import (
     tooltip,
 )
 from engine.core.metrics import step_window
-from engine.core.records import Record
+from engine.core.records import Record, StepRecord
 
 STALL_SERIES = ("ITL median", "ITL max", "step measured", "step expected")
 
 
-def _token_gaps(rec: Record, last_token: dict[int, float]) -> list[float]:
+def _token_gaps(rec: StepRecord, last_token: dict[int, float]) -> list[float]:
     """The step's inter-token gaps (sorted), updating each request's previous token time."""
     gaps = []
     for s in rec["slots"]:
@@ -48,7 +48,7 @@ def _is_stall(admitted: int, prefill: int, expected_ms: float | None, quiet_ms) 
     return expected_ms > STALL_FACTOR * quiet_ms
 
 
-def _step_row(rec: Record, gaps: list[float], quiet_ms: float | None) -> Record:
+def _step_row(rec: StepRecord, gaps: list[float], quiet_ms: float | None) -> Record:
     prefill = (
         rec["tokens"]["prefill"]
         if "tokens" in rec
@@ -74,7 +74,7 @@ def _step_row(rec: Record, gaps: list[float], quiet_ms: float | None) -> Record:
     }
 
 
-def itl_per_step(steps: Iterable[Record]) -> list[Record]:
+def itl_per_step(steps: Iterable[StepRecord]) -> list[Record]:
     """Per step, the inter-token latency of the running requests that got a token in it: the
     step's ``t_end`` minus that request's previous token time (the ``t_end`` of the last step
     that gave it a token), aggregated (median, max) over requests. Plus what the step admitted
@@ -150,7 +150,7 @@ def prefill_bars(rows: Iterable[Record]) -> list[Record]:
 
 
 def stall_rows(
-    steps: Sequence[Record], people: Iterable[int], last: int, with_overview: bool
+    steps: Sequence[StepRecord], people: Iterable[int], last: int, with_overview: bool
 ) -> dict[str, list[Record]]:
     """The datasets the browser view feeds (``rows.js`` ``CHART_ROWS.stalls``, held equal)."""
     rows = itl_per_step(steps)
@@ -246,7 +246,7 @@ def _admission_layers(marks, named: bool, x: dict) -> tuple[dict, dict]:
 
 
 def stall_chart(
-    steps: Sequence[Record],
+    steps: Sequence[StepRecord],
     last: int = 300,
     height: int = 300,
     title: str = "Admission stalls",

@@ -16,12 +16,12 @@ from app.charts.common import (
     tooltip,
     window,
 )
-from engine.core.records import Record
+from engine.core.records import Record, StepRecord
 
 TOKEN_PHASES = ("prefill", "decode", "dead")  # bottom to top
 
 
-def step_tokens(steps: Iterable[Record]) -> list[Record]:
+def step_tokens(steps: Iterable[StepRecord]) -> list[Record]:
     """One row per step and phase (zeros too: the stacked areas need every step)."""
     return [
         {"step": r["step"], "phase": p, "order": i, "tokens": (r.get("tokens") or {}).get(p) or 0}
@@ -31,14 +31,14 @@ def step_tokens(steps: Iterable[Record]) -> list[Record]:
 
 
 def token_rows(
-    steps: Sequence[Record], people: Iterable[int], last: int, with_overview: bool
+    steps: Sequence[StepRecord], people: Iterable[int], last: int, with_overview: bool
 ) -> dict[str, list[Record]]:
     """The dataset the browser view feeds (``rows.js`` ``CHART_ROWS.tokens``, held equal)."""
     return {"step_tokens": step_tokens(window(steps, last))}
 
 
 def token_chart(
-    steps: Sequence[Record],
+    steps: Sequence[StepRecord],
     last: int = 300,
     height: int = 260,
     title: str = "Tokens per step",

@@ -26,7 +26,7 @@ from engine.core.inbox import Inbox
 from engine.core.model import eos_ids, load_for_engine
 from engine.core.model_runner import ModelRunner
 from engine.core.policy import registry as policies
-from engine.core.records import Record
+from engine.core.records import StepRecord
 from engine.core.requests import Request, RequestHandle, checked, detokenize
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import PLACEHOLDER, Event, Sequence, Status
@@ -161,7 +161,7 @@ class Engine:
         with self.step_lock:
             self.telemetry.event(self.now(), "pause")
 
-    def single_step(self) -> Record | None:
+    def single_step(self) -> StepRecord | None:
         """One step while paused (the class walks through the schedule step by step)."""
         with self.step_lock:
             return self.step()
@@ -239,7 +239,7 @@ class Engine:
         seq.emit(Event(kind, seq.id, status=status.value, error_code=code, error=message))
 
     # -- one step: prepare -> execute (runners.py) -> finish -----------------------------------
-    def step(self) -> Record | None:
+    def step(self) -> StepRecord | None:
         """Run one engine step; returns the telemetry record of the step that completed, or None
         when there was nothing to run."""
         self._ended_this_step = []
@@ -276,7 +276,7 @@ class Engine:
             work.future = self.cuda.launch(work.fb, rows, self.config.seed, prev)
         return work
 
-    def finish(self, work: Work, tokens: list[int]) -> Record:
+    def finish(self, work: Work, tokens: list[int]) -> StepRecord:
         """Write the step's tokens back, stream them, end the requests that stopped."""
         t = self.now()
         self.scheduler.on_computed(work.batch)  # its full blocks are real: findable in the cache
@@ -297,7 +297,7 @@ class Engine:
         work.spans.append({"lane": "cpu_update", "start": t, "end": t_end})
         return self._record(work, t_end)
 
-    def fail_step(self, work: Work, exc: BaseException) -> Record:
+    def fail_step(self, work: Work, exc: BaseException) -> StepRecord:
         """The step raised: every request it computed fails with ``step_failed``; the rest go on."""
         log.exception("step failed; failing its %d requests", len(work.batch.items), exc_info=exc)
         error = StepFailed(f"the engine step computing this request failed: {_describe(exc)}")
@@ -319,7 +319,7 @@ class Engine:
             kind = error.code if coded else "engine_error"
             self.telemetry.event(self.now(), kind, error=_describe(exc))
 
-    def _record(self, work: Work, t_end: float) -> Record:
+    def _record(self, work: Work, t_end: float) -> StepRecord:
         self.step_count += 1
         queue_len = len(self.scheduler.waiting)
         record = step_record(

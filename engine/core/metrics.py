@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from engine.core.records import Record
+from engine.core.records import RequestRecord, SlotRecord, StepRecord
 
 NAN = float("nan")
 
@@ -54,7 +54,7 @@ def ratio(x: float, y: float) -> float:
 
 
 # -- requests ----------------------------------------------------------------------------------
-def inter_token_latencies(requests: Iterable[Record]) -> list[float]:
+def inter_token_latencies(requests: Iterable[RequestRecord]) -> list[float]:
     """Every gap between two consecutive tokens of one request (``token_times[i+1] - [i]``)."""
     gaps: list[float] = []
     for r in requests:
@@ -63,35 +63,35 @@ def inter_token_latencies(requests: Iterable[Record]) -> list[float]:
     return gaps
 
 
-def ttfts(requests: Iterable[Record]) -> list[float]:
+def ttfts(requests: Iterable[RequestRecord]) -> list[float]:
     """Time to first token per request that got one: ``first_token - arrival``."""
     return [r["first_token"] - r["arrival"] for r in requests if r["first_token"] is not None]
 
 
-def useful_tokens(requests: Iterable[Record]) -> int:
+def useful_tokens(requests: Iterable[RequestRecord]) -> int:
     """Tokens streamed to clients: ``sum(len(token_times))``."""
     return sum(len(r["token_times"]) for r in requests)
 
 
 # -- steps -------------------------------------------------------------------------------------
-def lane_time(steps: Iterable[Record], lane: str) -> float:
+def lane_time(steps: Iterable[StepRecord], lane: str) -> float:
     """Seconds spent in ``lane``'s spans, summed over steps."""
     return sum(s["end"] - s["start"] for rec in steps for s in rec["spans"] if s["lane"] == lane)
 
 
-def lane_durations(steps: Iterable[Record], lane: str) -> list[float]:
+def lane_durations(steps: Iterable[StepRecord], lane: str) -> list[float]:
     """Each span of ``lane``, in seconds."""
     return [s["end"] - s["start"] for rec in steps for s in rec["spans"] if s["lane"] == lane]
 
 
-def slot_phase(slot: Record) -> str:
+def slot_phase(slot: SlotRecord) -> str:
     """A slot's phase as counted: a running request that computed nothing this step is idle."""
     if slot["phase"] in ("prefill", "decode") and not slot["tokens"]:
         return "idle"
     return slot["phase"]
 
 
-def slot_counts(steps: Iterable[Record]) -> dict[str, int]:
+def slot_counts(steps: Iterable[StepRecord]) -> dict[str, int]:
     """Slot-steps by phase (``slot_phase``): prefill, decode, dead, idle."""
     counts = {"prefill": 0, "decode": 0, "dead": 0, "idle": 0}
     for rec in steps:
@@ -100,18 +100,18 @@ def slot_counts(steps: Iterable[Record]) -> dict[str, int]:
     return counts
 
 
-def held_slot_steps(steps: Iterable[Record]) -> int:
+def held_slot_steps(steps: Iterable[StepRecord]) -> int:
     """Slot-steps held by a request (any phase but ``idle``: dead slots and a running request
     waiting for its next prefill chunk count), what a batch pays for."""
     return sum(s["phase"] != "idle" for rec in steps for s in rec["slots"])
 
 
-def running_count(rec: Record) -> int:
+def running_count(rec: StepRecord) -> int:
     """Requests holding a slot in one step (any phase but ``idle``)."""
     return sum(s["phase"] != "idle" for s in rec["slots"])
 
 
-def kv_waste(steps: Iterable[Record]) -> float:
+def kv_waste(steps: Iterable[StepRecord]) -> float:
     """``1 - sum(tokens_stored) / sum(tokens_allocated)`` over steps (each step weighs the same)."""
     stored = allocated = 0
     for rec in steps:
@@ -120,12 +120,12 @@ def kv_waste(steps: Iterable[Record]) -> float:
     return 1 - stored / allocated if allocated else 0.0
 
 
-def step_window(rec: Record) -> float:
+def step_window(rec: StepRecord) -> float:
     """One step's measured window: ``t_end - t_start``."""
     return rec["t_end"] - rec["t_start"]
 
 
-def step_costs(steps: Sequence[Record]) -> list[float]:
+def step_costs(steps: Sequence[StepRecord]) -> list[float]:
     """Per step, ``min(window, t_end - previous step's t_end)`` (the first step: its window).
 
     Under the async runner windows overlap (a step is prepared while the previous one computes),
@@ -136,22 +136,22 @@ def step_costs(steps: Sequence[Record]) -> list[float]:
     ]
 
 
-def step_ms(steps: Sequence[Record]) -> float:
+def step_ms(steps: Sequence[StepRecord]) -> float:
     """1000 x the median of ``step_costs``."""
     return 1000 * median(step_costs(steps))
 
 
-def wall_per_step_ms(steps: Sequence[Record]) -> float:
+def wall_per_step_ms(steps: Sequence[StepRecord]) -> float:
     """1000 x (last ``t_end`` - first ``t_start``) / number of steps: the mean step."""
     return 1000 * (steps[-1]["t_end"] - steps[0]["t_start"]) / len(steps)
 
 
-def decode_only(steps: Iterable[Record]) -> list[Record]:
+def decode_only(steps: Iterable[StepRecord]) -> list[StepRecord]:
     """The steps that prefilled nothing (``tokens.prefill == 0``)."""
     return [r for r in steps if not r["tokens"]["prefill"]]
 
 
-def decode_tput(steps: Sequence[Record], expected: bool = False) -> float:
+def decode_tput(steps: Sequence[StepRecord], expected: bool = False) -> float:
     """Median over decode-only steps of ``tokens.decode / step cost`` (tokens/s): one step stalled
     by another process must not decide it. ``expected``: each step's ``expected_s`` as its cost,
     what this machine's quiet step costs promise (NaN where the steps carry none)."""
@@ -160,14 +160,14 @@ def decode_tput(steps: Sequence[Record], expected: bool = False) -> float:
     return median([r["tokens"]["decode"] / d for r, d in pairs if not r["tokens"]["prefill"] and d])
 
 
-def decode_tokens_per_s(steps: Sequence[Record]) -> float:
+def decode_tokens_per_s(steps: Sequence[StepRecord]) -> float:
     """``sum(tokens.decode)`` / (last ``t_end`` - first ``t_start``) (tokens/s)."""
     wall = steps[-1]["t_end"] - steps[0]["t_start"]
     return sum(r["tokens"]["decode"] for r in steps) / wall
 
 
 # -- a run's headline numbers ------------------------------------------------------------------
-def summarize(steps: list[Record], requests: list[Record]) -> dict[str, float]:
+def summarize(steps: list[StepRecord], requests: list[RequestRecord]) -> dict[str, float]:
     """The headline numbers of a run: everything the tables and the page show.
 
     ``throughput`` = useful tokens / wall; ``slot_utilization`` = computing slot-steps / all;
@@ -212,7 +212,7 @@ def summarize(steps: list[Record], requests: list[Record]) -> dict[str, float]:
 
 
 def summarize_window(
-    steps: list[Record], requests: list[Record], since: float
+    steps: list[StepRecord], requests: list[RequestRecord], since: float
 ) -> dict[str, float | None]:
     """``summarize`` over the steps that started at or after ``since`` and the tokens produced then
     (the server's live headline numbers); NaN (no data yet) becomes None so it is valid JSON."""
@@ -223,14 +223,14 @@ def summarize_window(
         first = r["first_token"]
         first = first if first is not None and first >= since else None
         if times or (r["finished"] is None or r["finished"] >= since):
-            clipped.append({**r, "token_times": times, "first_token": first})
+            clipped.append(RequestRecord(**{**r, "token_times": times, "first_token": first}))
     summary = summarize(recent, clipped)
     return {k: (None if isinstance(v, float) and v != v else v) for k, v in summary.items()}
 
 
 # -- the lessons' detail -----------------------------------------------------------------------
 def detail(
-    steps: list[Record], requests: list[Record], running: set[int], itl_target_s: float
+    steps: list[StepRecord], requests: list[RequestRecord], running: set[int], itl_target_s: float
 ) -> dict[str, float]:
     """The numbers the lessons claim beyond ``summarize``. ``running``: ids of the requests whose
     ITL a stall hurts (those present from the start when others arrive later).
@@ -277,7 +277,9 @@ def detail(
     }
 
 
-def queueing(steps: list[Record], requests: list[Record], itl_target_s: float) -> dict[str, float]:
+def queueing(
+    steps: list[StepRecord], requests: list[RequestRecord], itl_target_s: float
+) -> dict[str, float]:
     """Little's law from two sides, and goodput under an ITL target (empty without data).
 
     ``in_system_mean``: requests in the engine (queued + holding a slot), read from each step record
@@ -286,12 +288,13 @@ def queueing(steps: list[Record], requests: list[Record], itl_target_s: float) -
     are measured independently and must agree. A request meets the target when every gap between
     two of its tokens is at most ``itl_target_s``; ``goodput_rps`` = those per second."""
     done = [r for r in requests if r["finished"] is not None]
+    ends = [f for r in done if (f := r["finished"]) is not None]  # (narrowed for the checker)
     if not steps or not done:
         return {}
-    t0, t1 = min(r["arrival"] for r in done), max(r["finished"] for r in done)
+    t0, t1 = min(r["arrival"] for r in done), max(ends)
     weighted = sum((r["queue_len"] + running_count(r)) * step_window(r) for r in steps)
     busy = sum(step_window(r) for r in steps)
-    latency = [r["finished"] - r["arrival"] for r in done]
+    latency = [end - r["arrival"] for r, end in zip(done, ends, strict=True)]
     rate = len(done) / (t1 - t0) if t1 > t0 else NAN
     met = [r for r in done if max(inter_token_latencies([r]), default=0.0) <= itl_target_s]
     return {
@@ -313,7 +316,7 @@ def jain_index(values: list[float]) -> float:
     return ratio(sum(values) ** 2, len(values) * square)
 
 
-def meets_targets(request: Record, ttft_target_s: float, itl_p99_target_s: float) -> bool:
+def meets_targets(request: RequestRecord, ttft_target_s: float, itl_p99_target_s: float) -> bool:
     """A finished request with TTFT <= ``ttft_target_s`` and the p99 of its own inter-token gaps
     <= ``itl_p99_target_s`` (a one-token answer has no gap)."""
     if request["finished"] is None or request["first_token"] is None:
@@ -324,16 +327,16 @@ def meets_targets(request: Record, ttft_target_s: float, itl_p99_target_s: float
 
 
 def goodput(
-    requests: list[Record], ttft_target_s: float, itl_p99_target_s: float
+    requests: list[RequestRecord], ttft_target_s: float, itl_p99_target_s: float
 ) -> dict[str, Any]:
     """Requests meeting ``meets_targets`` per second from the first arrival to the last finish
     (``goodput_rps``), their share, the same per client, Jain's index of the per-client goodput
     (``fairness``), and the goodput of all clients but the one that sent most (the class when one
     student floods)."""
-    done = [r for r in requests if r["finished"] is not None]
-    if not done:
+    ends = [f for r in requests if (f := r["finished"]) is not None]
+    if not ends:
         return {}
-    span = max(r["finished"] for r in done) - min(r["arrival"] for r in requests)
+    span = max(ends) - min(r["arrival"] for r in requests)
     met, sent = dict[str, int](), dict[str, int]()
     for r in requests:
         client = r.get("client", "")

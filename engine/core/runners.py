@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from engine.core.records import Record
+from engine.core.records import StepRecord
 from engine.core.sequence import PLACEHOLDER
 from engine.core.step_record import Work, kv_view
 from engine.core.telemetry import Telemetry
@@ -56,11 +56,11 @@ class StepEngine(Protocol):
 
     def now(self) -> float: ...
     def prepare(self) -> Work | None: ...
-    def finish(self, work: Work, tokens: list[int]) -> Record: ...
-    def fail_step(self, work: Work, exc: BaseException) -> Record: ...
+    def finish(self, work: Work, tokens: list[int]) -> StepRecord: ...
+    def fail_step(self, work: Work, exc: BaseException) -> StepRecord: ...
     def fail_all(self, exc: BaseException) -> None: ...
     def has_work(self) -> bool: ...
-    def step(self) -> Record | None: ...
+    def step(self) -> StepRecord | None: ...
 
 
 def launch(engine: StepEngine, work: Work, prev_tokens: torch.Tensor | None) -> None:
@@ -104,7 +104,7 @@ def land(engine: StepEngine, work: Work) -> list[int]:
     return ids
 
 
-def _land_and_finish(engine: StepEngine, work: Work) -> Record:
+def _land_and_finish(engine: StepEngine, work: Work) -> StepRecord:
     try:
         tokens = land(engine, work)
     except Exception as exc:  # noqa: BLE001 - a failed forward fails its requests, not the engine
@@ -112,7 +112,7 @@ def _land_and_finish(engine: StepEngine, work: Work) -> Record:
     return engine.finish(work, tokens)
 
 
-def step_sync(engine: StepEngine) -> Record | None:
+def step_sync(engine: StepEngine) -> StepRecord | None:
     """prepare, execute, finish, in a row."""
     if engine.inflight is not None:  # switched from async: land the step still in flight first
         prev, engine.inflight = engine.inflight, None
@@ -124,7 +124,7 @@ def step_sync(engine: StepEngine) -> Record | None:
     return _land_and_finish(engine, work)
 
 
-def step_async(engine: StepEngine) -> Record | None:
+def step_async(engine: StepEngine) -> StepRecord | None:
     """Prepare N+1 while N executes, launch it behind N, then finish N."""
     prev = engine.inflight
     work = engine.prepare()

@@ -18,7 +18,6 @@ from engine.core.records import (
     Hook,
     KVRecord,
     Phase,
-    Record,
     Runner,
     SlotRecord,
     SpanRecord,
@@ -97,9 +96,8 @@ def step_work(batch: ScheduledBatch, rows: list) -> StepWork:
 
 def step_record(
     work: Work, step: int, t_end: float, finished: list[int], queue_len: int, cost: CostModel
-) -> Record:
-    """The step's record (the contract: ``engine/core/records.py``), handed on as the plain
-    ``Record`` its readers take (mypy keeps a ``TypedDict`` apart from ``dict[str, Any]``)."""
+) -> StepRecord:
+    """The step's record (the contract: ``engine/core/records.py``)."""
     tokens: TokenCounts = {"prefill": 0, "decode": 0, "dead": 0}
     for s in work.slots:
         if s["phase"] != "idle":
@@ -128,7 +126,7 @@ def step_record(
         # has seen enough steps): measured >> expected with nothing admitted is the machine.
         "expected_s": None if work.cost is None else cost.expected(work.cost),
     }
-    return cast(Record, record)
+    return record
 
 
 def observe_cost(cost: CostModel, work: Work, pin: bool) -> None:

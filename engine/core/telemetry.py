@@ -11,15 +11,17 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from engine.core.records import LANES, Record, RequestRecord
+from engine.core.records import LANES, Record, RequestRecord, StepRecord
 from engine.core.sequence import Sequence
 
+# What a listener is told of: ("step", a step record) or ("request", a request record).
+AnyRecord = StepRecord | RequestRecord
 
-def request_record(seq: Sequence) -> Record:
-    """The request's record (the contract: ``engine/core/records.py``), handed on as the plain
-    ``Record`` its readers take (mypy keeps a ``TypedDict`` apart from ``dict[str, Any]``)."""
+
+def request_record(seq: Sequence) -> RequestRecord:
+    """The request's record (the contract: ``engine/core/records.py``)."""
     record: RequestRecord = {
         "id": seq.id,
         "client": seq.client,
@@ -37,21 +39,21 @@ def request_record(seq: Sequence) -> Record:
         "cached_tokens": seq.cached_tokens,
         "computed_prompt_tokens": seq.computed_prompt_tokens,
     }
-    return cast(Record, record)
+    return record
 
 
 class Telemetry:
     def __init__(self, max_steps: int | None = None, max_requests: int | None = None) -> None:
         """``max_steps``/``max_requests`` bound a long-running server's memory: the oldest step
         records, and the oldest records of ended requests, are dropped first."""
-        self.steps: deque[Record] = deque(maxlen=max_steps)
-        self.requests: dict[int, Record] = {}
+        self.steps: deque[StepRecord] = deque(maxlen=max_steps)
+        self.requests: dict[int, RequestRecord] = {}
         self.max_requests = max_requests
         self._events: list[Record] = []
-        self._listeners: list[Callable[[str, Record], None]] = []
+        self._listeners: list[Callable[[str, AnyRecord], None]] = []
         self._lock = threading.Lock()
 
-    def subscribe(self, fn: Callable[[str, Record], None]) -> Callable[[], None]:
+    def subscribe(self, fn: Callable[[str, AnyRecord], None]) -> Callable[[], None]:
         self._listeners.append(fn)
         return lambda: self._listeners.remove(fn) if fn in self._listeners else None
 
@@ -65,7 +67,7 @@ class Telemetry:
             events, self._events = self._events, []
         return events
 
-    def add_step(self, record: Record) -> None:
+    def add_step(self, record: StepRecord) -> None:
         self.steps.append(record)
         for fn in list(self._listeners):
             fn("step", record)
@@ -85,7 +87,7 @@ class Telemetry:
         self.requests.clear()
 
     # -- exports ---------------------------------------------------------------------------
-    def snapshot(self) -> tuple[list[Record], list[Record]]:
+    def snapshot(self) -> tuple[list[StepRecord], list[RequestRecord]]:
         """Copies safe to read while the engine thread keeps recording (list() of a deque or of
         dict values runs without releasing the GIL)."""
         return list(self.steps), list(self.requests.values())
@@ -121,7 +123,7 @@ class Telemetry:
 US = 1e6  # trace timestamps are microseconds
 
 
-def _lane_events(steps: list[Record]) -> list[Record]:
+def _lane_events(steps: list[StepRecord]) -> list[Record]:
     """Each step's spans on their lane's track, and its events as instants."""
     us = US
     events: list[Record] = []
@@ -153,7 +155,7 @@ def _lane_events(steps: list[Record]) -> list[Record]:
     return events
 
 
-def _request_events(requests: list[Record]) -> list[Record]:
+def _request_events(requests: list[RequestRecord]) -> list[Record]:
     """One track per request: queued, prefill, decode."""
     us = US
     events: list[Record] = []

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import websockets
@@ -32,8 +32,10 @@ from engine.core.cuda_exec import device_name
 from engine.core.engine import Engine
 from engine.core.errors import FluxoError, ShuttingDown
 from engine.core.metrics import summarize_window
+from engine.core.records import RequestRecord
 from engine.core.requests import Request, RequestHandle
 from engine.core.sequence import Event
+from engine.core.telemetry import AnyRecord
 from engine.server import guard, http_api, protocol
 from engine.server.connection import (
     Client,
@@ -283,8 +285,9 @@ class Server(ViewerMessages, PresenterMessages):
         else:
             self._flush()
 
-    def _on_telemetry(self, kind: str, record: dict) -> None:
-        if kind == "step" or record["finished"] is not None:
+    def _on_telemetry(self, kind: str, record: AnyRecord) -> None:
+        ended = kind == "request" and cast(RequestRecord, record)["finished"] is not None
+        if kind == "step" or ended:
             self._from_engine((kind, record))
 
     def _flush(self) -> None:
