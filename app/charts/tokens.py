@@ -37,6 +37,42 @@ def token_rows(
     return {"step_tokens": step_tokens(window(steps, last))}
 
 
+def _layers(color: dict) -> list[dict]:
+    """The decode and dead area (left axis), then the prefill bars on top (right axis: in
+    continuous they share steps with decode)."""
+    x = step_x(step_scale())
+    tip = tooltip("step:Q", "phase:N", "tokens:Q")
+    area = {
+        "transform": [{"filter": "datum.phase !== 'prefill'"}],
+        "mark": {"type": "area", "interpolate": "step-after"},
+        "encoding": {
+            "x": x,
+            "y": {
+                "field": "tokens",
+                "type": "quantitative",
+                "stack": "zero",
+                "title": "decode and dead tokens",
+                "axis": {"format": "d", "tickMinStep": 1},
+            },
+            "color": color,
+            "order": {"field": "order", "type": "quantitative"},
+            "tooltip": tip,
+        },
+    }
+    bars = {
+        "transform": [{"filter": "datum.phase === 'prefill' && datum.tokens > 0"}],
+        "mark": {"type": "bar", "opacity": 0.6, "width": 4},
+        "encoding": {
+            "x": x,
+            "y": {"field": "tokens", "type": "quantitative", "title": "prefill tokens"}
+            | {"axis": {"orient": "right"}},
+            "color": color,
+            "tooltip": tip,
+        },
+    }
+    return [area, bars]
+
+
 def token_chart(
     steps: Sequence[StepRecord],
     last: int = 300,
@@ -55,49 +91,14 @@ def token_chart(
         "title": "phase",
         "legend": {"symbolOpacity": 1},  # the bars' opacity is not the phase's colour
     }
-    x = step_x(step_scale())
-    bars = {
-        "transform": [{"filter": "datum.phase === 'prefill' && datum.tokens > 0"}],
-        "mark": {"type": "bar", "opacity": 0.6, "width": 4},
-        "encoding": {
-            "x": x,
-            "y": {
-                "field": "tokens",
-                "type": "quantitative",
-                "title": "prefill tokens",
-                "axis": {"orient": "right"},
-            },
-            "color": color,
-            "tooltip": tooltip("step:Q", "phase:N", "tokens:Q"),
-        },
-    }
-    area = {
-        "transform": [{"filter": "datum.phase !== 'prefill'"}],
-        "mark": {"type": "area", "interpolate": "step-after"},
-        "encoding": {
-            "x": x,
-            "y": {
-                "field": "tokens",
-                "type": "quantitative",
-                "stack": "zero",
-                "title": "decode and dead tokens",
-                "axis": {"format": "d", "tickMinStep": 1},
-            },
-            "color": color,
-            "order": {"field": "order", "type": "quantitative"},
-            "tooltip": tooltip("step:Q", "phase:N", "tokens:Q"),
-        },
-    }
+    subtitle = "what each step computed · dead: a closed batch's finished members"
     return spec(
         {
             "data": dataset(rows, "step_tokens", named),
             "height": height,
             "width": "container",
-            "title": {
-                "text": title,
-                "subtitle": "what each step computed · dead: a closed batch's finished members",
-            },
-            "layer": [area, bars],  # prefill on top: in continuous it shares steps with decode
+            "title": {"text": title, "subtitle": subtitle},
+            "layer": _layers(color),
             "resolve": {"scale": {"y": "independent"}},
         }
     )

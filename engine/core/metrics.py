@@ -2,9 +2,8 @@
 one definition each, its formula in its docstring. The benchmarks, the lessons, the server and
 the page call these; nothing else derives a number from the records.
 
-Records are the telemetry contract (``engine/core/records.py``): step records carry ``t_start``,
-``t_end``, ``slots``, ``tokens``, ``kv``, ``spans``; request records ``arrival``, ``first_token``,
-``token_times``, ``finished``. Times are seconds on the engine clock; ``*_ms`` are milliseconds.
+The records are the telemetry contract, typed (``engine/core/records.py``: ``StepRecord``,
+``RequestRecord``). Times are seconds on the engine clock; ``*_ms`` are milliseconds.
 
 Step time has three meanings, so three names (never one label for two numbers):
 
@@ -113,10 +112,9 @@ def running_count(rec: StepRecord) -> int:
 
 def kv_waste(steps: Iterable[StepRecord]) -> float:
     """``1 - sum(tokens_stored) / sum(tokens_allocated)`` over steps (each step weighs the same)."""
-    stored = allocated = 0
-    for rec in steps:
-        stored += rec["kv"]["tokens_stored"]
-        allocated += rec["kv"]["tokens_allocated"]
+    kvs = [rec["kv"] for rec in steps]
+    stored = sum(k["tokens_stored"] for k in kvs)
+    allocated = sum(k["tokens_allocated"] for k in kvs)
     return 1 - stored / allocated if allocated else 0.0
 
 
@@ -235,10 +233,9 @@ def detail(
     """The numbers the lessons claim beyond ``summarize``. ``running``: ids of the requests whose
     ITL a stall hurts (those present from the start when others arrive later).
 
-    Step costs (``step_costs``) by what a step carried are medians, robust to a step another
-    process on a shared CPU happened to stall, which a max or a p99 is not: decode-only steps,
-    steps prefilling >= 100 tokens (an admitted long prompt), steps prefilling anything. A spike
-    is a step costing over 3x the median step."""
+    Step costs by what a step carried are medians (a max or p99 is not robust to a step another
+    process stalled): decode-only, prefilling >= 100 tokens (an admitted long prompt), prefilling
+    anything. A spike is a step costing over 3x the median step."""
     durations = step_costs(steps)
     step_med = median(durations)
     itl = inter_token_latencies(r for r in requests if r["id"] in running)
@@ -288,7 +285,7 @@ def queueing(
     are measured independently and must agree. A request meets the target when every gap between
     two of its tokens is at most ``itl_target_s``; ``goodput_rps`` = those per second."""
     done = [r for r in requests if r["finished"] is not None]
-    ends = [f for r in done if (f := r["finished"]) is not None]  # (narrowed for the checker)
+    ends = [f for r in done if (f := r["finished"]) is not None]  # the same, narrowed for mypy
     if not steps or not done:
         return {}
     t0, t1 = min(r["arrival"] for r in done), max(ends)

@@ -8,7 +8,7 @@ import json
 import pytest
 from server_client import direct_greedy, open_client, url, wait_idle
 
-pytestmark = pytest.mark.slow  # make test-fast leaves it out (lesson replays, whole labs)
+pytestmark = [pytest.mark.slow, pytest.mark.model]  # SmolLM2 servers (3 tests: the tiny one)
 
 PROMPTS = [
     "What is the capital of France?",
@@ -17,7 +17,6 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.model  # SmolLM2
 def test_streamed_text_equals_the_engines_direct_greedy_output(serve, smollm2):
     server = serve()
     expected = direct_greedy(smollm2, PROMPTS, 24)
@@ -40,7 +39,6 @@ def test_streamed_text_equals_the_engines_direct_greedy_output(serve, smollm2):
     assert "Paris" in results[0][1]
 
 
-@pytest.mark.model  # SmolLM2
 def test_hello_state_and_exactly_one_terminal_message(serve):
     server = serve()
 
@@ -61,7 +59,6 @@ def test_hello_state_and_exactly_one_terminal_message(serve):
     asyncio.run(main())
 
 
-@pytest.mark.model  # SmolLM2
 def test_cancel_frees_kv_at_once_and_ends_with_cancelled(serve):
     server = serve()
 
@@ -89,7 +86,6 @@ def test_cancel_frees_kv_at_once_and_ends_with_cancelled(serve):
     asyncio.run(main())
 
 
-@pytest.mark.model  # SmolLM2
 def test_control_broadcasts_state_and_bad_modes_get_codes(serve):
     server = serve()
 
@@ -118,7 +114,6 @@ def test_control_broadcasts_state_and_bad_modes_get_codes(serve):
     asyncio.run(main())
 
 
-@pytest.mark.model  # SmolLM2
 def test_subscribe_history_steps_metrics_and_pause_step_resume(serve):
     server = serve()
 
@@ -170,7 +165,6 @@ def test_subscribe_history_steps_metrics_and_pause_step_resume(serve):
     asyncio.run(main())
 
 
-@pytest.mark.model  # SmolLM2
 def test_traffic_generator_tags_its_requests_and_stops(serve):
     server = serve()
 
@@ -212,7 +206,6 @@ def test_traffic_generator_tags_its_requests_and_stops(serve):
     asyncio.run(main())
 
 
-@pytest.mark.model  # SmolLM2
 def test_presenter_token_roles(serve):
     server = serve(token="s3cret")
 
@@ -236,7 +229,6 @@ def test_presenter_token_roles(serve):
     asyncio.run(main())
 
 
-@pytest.mark.model  # SmolLM2
 def test_bound_beyond_loopback_without_auth_everyone_is_a_viewer(serve):
     server = serve(host="0.0.0.0", token="t0k")
 
@@ -249,7 +241,6 @@ def test_bound_beyond_loopback_without_auth_everyone_is_a_viewer(serve):
     asyncio.run(main())
 
 
-@pytest.mark.model  # SmolLM2
 def test_export_and_reset(serve):
     server = serve()
 
