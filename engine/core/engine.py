@@ -3,9 +3,11 @@
 ``submit``/``cancel``/``reconfigure``/``pause`` are safe to call from any thread; they take
 effect between steps. ``step()`` runs on one thread (the server's engine thread, or the caller).
 
-A step is prepare -> execute -> finish (nano-vllm's schedule, run, postprocess): ``prepare`` drains
-the inbox, schedules, builds the flat batch; the runner (``runners.py``: sync or async) executes it
-on the device thread; ``finish`` streams the tokens, ends requests, records (``step_record.py``).
+A step is prepare -> execute -> finish (nano-vllm's schedule, run, postprocess), in ``step``: the
+sync loop runs them in a row, the async loop carries the step in flight from one call to the next
+and prepares the next step while it executes. ``prepare`` drains the inbox, schedules, builds the
+flat batch; ``Executor`` (``execute.py``) runs it on the device thread; ``finish`` streams the
+tokens, ends requests, records (``step_record.py``).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.core import cost_model, device, runners, threads
+from engine.core import cost_model, device, threads
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
 from engine.core.cost_model import CostModel
 from engine.core.errors import FluxoError, KVBudgetTooSmall, StepFailed
+from engine.core.execute import Executor, InFlight
 from engine.core.inbox import Inbox
 from engine.core.model import eos_ids, load_for_engine
 from engine.core.model_runner import ModelRunner
@@ -30,9 +33,19 @@ from engine.core.records import StepRecord
 from engine.core.requests import Request, RequestHandle, checked, detokenize
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import PLACEHOLDER, Event, Sequence, Status
-from engine.core.step_record import Work, observe_cost, slots_view, step_record, step_work
+from engine.core.step_record import (
+    StepTrace,
+    kv_view,
+    observe_cost,
+    slots_view,
+    step_record,
+    step_work,
+)
 from engine.core.telemetry import Telemetry
 from kernels import cpu_quant
+
+if TYPE_CHECKING:  # types only: the step in flight's tokens
+    import torch
 
 log = logging.getLogger("fluxo.engine")
 
@@ -67,12 +80,15 @@ class Engine:
             from engine.core.cuda_exec import CudaExecutor
 
             self.cuda = device.run(CudaExecutor, self.model_runner, config, self.now)
+        self.executor = Executor(self.model_runner, self.device_pool, self.cuda, config, self.now)
         self.inbox = Inbox()
         self.step_lock = threading.RLock()  # the engine thread's steps and single_step alternate
         self.step_count = 0
         self.paused = False
         self._ended_this_step: list[int] = []
-        self.inflight: Work | None = None  # async: the step executing while the next is prepared
+        self.inflight: InFlight | None = (
+            None  # async: the step executing while the next is prepared
+        )
         self.cost_model = self.scheduler.cost_model = CostModel()  # the policies' views price on it
         self.calibrating = False
         self.calibrations = 0
@@ -238,17 +254,39 @@ class Engine:
         code, message = (seq.error_code, seq.error) if kind == "error" else (None, None)
         seq.emit(Event(kind, seq.id, status=status.value, error_code=code, error=message))
 
-    # -- one step: prepare -> execute (runners.py) -> finish -----------------------------------
+    # -- one step: prepare -> execute (execute.py) -> finish ------------------------------------
     def step(self) -> StepRecord | None:
-        """Run one engine step; returns the telemetry record of the step that completed, or None
-        when there was nothing to run."""
-        self._ended_this_step = []
-        if self.config.runner == "async":
-            return runners.step_async(self)
-        return runners.step_sync(self)
+        """Run one step; the record of the step that completed, or None when nothing ran.
 
-    def prepare(self) -> Work | None:
-        """Drain the inbox, schedule, build the flat batch (CUDA: stage and queue it too)."""
+        sync: prepare, execute, finish in a row. async: the step in flight (``inflight``, carried
+        from the last call) executes while the next is prepared and launched behind it, its
+        placeholder inputs filled from the first's tokens on the device; then the first is
+        finished. Nothing in flight: launch one, and prepare the next behind it at once."""
+        self._ended_this_step = []
+        prev = self.inflight
+        if self.config.runner == "sync":
+            if prev is not None:  # switched from async: land the step still in flight first
+                self.inflight = None
+                return self._land_and_finish(prev)
+            step = self._launch(self.prepare(None), None)
+            return None if step is None else self._land_and_finish(step)
+        if prev is None:
+            prev = self.inflight = self._launch(self.prepare(None), None)
+            if prev is None:
+                return None
+        step = self.prepare(prev)  # N+1, scheduled while N computes
+        try:
+            tokens = self.executor.land(prev)
+        except Exception as exc:  # noqa: BLE001 - a failed forward fails its requests, not the engine
+            self.inflight = None
+            if step is not None:  # prepared to continue from tokens that never came: not launched,
+                self._requeue_events(step)  # its sequences keep their blocks, scheduled again
+            return self.fail_step(prev, exc)
+        self.inflight = self._launch(step, prev.tokens)
+        return self.finish(prev, tokens)
+
+    def prepare(self, prev: InFlight | None) -> InFlight | None:
+        """Drain the inbox, schedule, build the flat batch (CUDA: stage it behind ``prev``)."""
         t_start = self.now()
         self._drain_inbox()
         batch = self.scheduler.schedule(t_start)
@@ -265,18 +303,52 @@ class Engine:
         fb, rows = self.model_runner.build(batch)
         if self.config.host_work_ms > 0:  # simulated host work (a teaching knob): the sleep frees
             time.sleep(self.config.host_work_ms / 1000)  # the GIL, so async hides it under compute
-        slots = slots_view(batch, self.scheduler.running, self.config.max_slots)
-        events = self.telemetry.take_events()  # switches applied before this step belong to it
         cfg = self.config
-        work = Work(batch, rows, fb, t_start, cfg.policy, cfg.runner, slots=slots, events=events)
-        work.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})
-        work.cost = step_work(batch, rows)
-        if self.cuda is not None:  # copied in now and queued behind the step in flight
-            prev = self.inflight.future if self.inflight is not None else None
-            work.future = self.cuda.launch(work.fb, rows, self.config.seed, prev)
-        return work
+        trace = StepTrace(
+            t_start,
+            cfg.policy,
+            cfg.runner,
+            slots_view(batch, self.scheduler.running, cfg.max_slots),
+            [s.id for s in batch.admitted],
+            [s.id for s in batch.preempted],
+            dict(batch.prefix_hits),
+            list(batch.decided),
+            events=self.telemetry.take_events(),  # switches applied before this step belong to it
+            cost=step_work(batch, rows),
+        )
+        trace.spans.append({"lane": "cpu_prepare", "start": t_start, "end": self.now()})
+        step = InFlight(batch, rows, fb, trace)
+        self.executor.stage(step, prev)
+        return step
 
-    def finish(self, work: Work, tokens: list[int]) -> StepRecord:
+    def _launch(self, step: InFlight | None, prev_tokens: torch.Tensor | None) -> InFlight | None:
+        """Its sequences move on as if its tokens were known (placeholders); it starts."""
+        if step is None:
+            return None
+        for seq, n in step.batch.items:
+            seq.num_computed += n
+        for row, owner in enumerate(step.rows):
+            if owner is not None:
+                owner.output_ids.append(PLACEHOLDER)
+                owner.carry_row = row
+                step.outputs.append((row, owner, len(owner.output_ids) - 1))
+        step.trace.kv = kv_view(self.blocks, self.scheduler.running, self.config.block_size)
+        self.executor.launch(step, prev_tokens)
+        return step
+
+    def _land_and_finish(self, step: InFlight) -> StepRecord:
+        try:
+            tokens = self.executor.land(step)
+        except Exception as exc:  # noqa: BLE001 - a failed forward fails its requests, not the engine
+            return self.fail_step(step, exc)
+        return self.finish(step, tokens)
+
+    def _requeue_events(self, step: InFlight) -> None:
+        for event in step.trace.events:
+            data = {k: v for k, v in event.items() if k not in ("t", "kind")}
+            self.telemetry.event(event["t"], event["kind"], **data)
+
+    def finish(self, work: InFlight, tokens: list[int]) -> StepRecord:
         """Write the step's tokens back, stream them, end the requests that stopped."""
         t = self.now()
         self.scheduler.on_computed(work.batch)  # its full blocks are real: findable in the cache
@@ -294,17 +366,17 @@ class Engine:
             if eos or index + 1 >= seq.params.max_new_tokens:
                 self._end(seq, Status.FINISHED)
         t_end = self.now()
-        work.spans.append({"lane": "cpu_update", "start": t, "end": t_end})
-        return self._record(work, t_end)
+        work.trace.spans.append({"lane": "cpu_update", "start": t, "end": t_end})
+        return self._record(work.trace, t_end)
 
-    def fail_step(self, work: Work, exc: BaseException) -> StepRecord:
+    def fail_step(self, work: InFlight, exc: BaseException) -> StepRecord:
         """The step raised: every request it computed fails with ``step_failed``; the rest go on."""
         log.exception("step failed; failing its %d requests", len(work.batch.items), exc_info=exc)
         error = StepFailed(f"the engine step computing this request failed: {_describe(exc)}")
         for seq, _ in work.batch.items:
             self._end(seq, Status.FAILED, error)
-        work.events.append({"t": self.now(), "kind": "step_failed", "error": _describe(exc)})
-        return self._record(work, self.now())
+        work.trace.events.append({"t": self.now(), "kind": "step_failed", "error": _describe(exc)})
+        return self._record(work.trace, self.now())
 
     def fail_all(self, exc: BaseException) -> None:
         """Fail every request live or submitted, keep going: the last resort after an error
@@ -319,26 +391,47 @@ class Engine:
             kind = error.code if coded else "engine_error"
             self.telemetry.event(self.now(), kind, error=_describe(exc))
 
-    def _record(self, work: Work, t_end: float) -> StepRecord:
+    def _record(self, trace: StepTrace, t_end: float) -> StepRecord:
         self.step_count += 1
         queue_len = len(self.scheduler.waiting)
         record = step_record(
-            work, self.step_count, t_end, self._ended_this_step, queue_len, self.cost_model
+            trace, self.step_count, t_end, self._ended_this_step, queue_len, self.cost_model
         )
-        observe_cost(self.cost_model, work, pin=self.calibrating)
+        observe_cost(self.cost_model, trace, pin=self.calibrating)
         if self.tuner is not None and not self.calibrating:
-            self.tuner.step(work.spans, work.cost, self.cost_model, self.telemetry, t_end)
+            self.tuner.step(trace.spans, trace.cost, self.cost_model, self.telemetry, t_end)
         self.telemetry.add_step(record)
         return record
 
-    # -- drivers (runners.py) ------------------------------------------------------------------
+    # -- drivers ----------------------------------------------------------------------------
     def run_until_idle(self, max_steps: int = 1_000_000) -> int:
         """Step until nothing is queued or running (waiting out a static batch's fill timeout)."""
-        return runners.run_until_idle(self, max_steps)
+        steps = 0
+        while self.has_work() and steps < max_steps:
+            if self.step() is None:
+                time.sleep(0.002)
+            else:
+                steps += 1
+        return steps
 
     def run_forever(self, stop: threading.Event) -> None:
         """The server's engine thread: step while there is work and the engine is not paused."""
-        runners.run_forever(self, stop)
+        wake = self.inbox.wake
+        while not stop.is_set():
+            if self.paused or not self.has_work():
+                wake.wait(0.05)
+                wake.clear()
+                continue
+            try:
+                with self.step_lock:
+                    record = None if self.paused else self.step()
+            except Exception as exc:  # noqa: BLE001 - the server's engine must outlive any one bug
+                log.exception("engine step raised outside a forward")
+                self.fail_all(exc)
+                record = None
+            if record is None:
+                wake.wait(0.005)
+                wake.clear()
 
 
 def _describe(exc: BaseException) -> str:

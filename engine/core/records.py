@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
 
-Record = dict[str, Any]  # a record where its TypedDict is not needed (telemetry, metrics, charts)
+Record = dict[str, Any]  # where no TypedDict is declared: events, the Chrome trace, chart rows
 Phase = Literal["prefill", "decode", "dead", "idle"]
 Lane = Literal["cpu_prepare", "h2d", "compute", "d2h", "cpu_update"]
 Runner = Literal["sync", "async"]  # sync: prepare, execute, finish in a row; async: overlapped

@@ -1,20 +1,16 @@
-"""One step on its way through prepare -> execute -> finish (``Work``), and what its telemetry
-record says: the slots view, the KV view, the counts the cost model prices, the step record
-itself (the contract: ``engine/core/records.py``).
+"""What a step's telemetry record is made of (``StepTrace``) and the record itself: the slots
+view, the KV view, the counts the cost model prices, the step record (the contract:
+``engine/core/records.py``). Nothing here executes a step (``engine/core/execute.py`` does).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-import torch
-
-from engine.core.block_manager import BlockManager
 from engine.core.cost_model import CostModel, StepWork
-from engine.core.llama import ForwardBatch
 from engine.core.records import (
+    Event,
     Hook,
     KVRecord,
     Phase,
@@ -24,29 +20,30 @@ from engine.core.records import (
     StepRecord,
     TokenCounts,
 )
-from engine.core.scheduler import ScheduledBatch
-from engine.core.sequence import Sequence
+
+if TYPE_CHECKING:  # types only: what the views below read
+    from engine.core.block_manager import BlockManager
+    from engine.core.scheduler import ScheduledBatch
+    from engine.core.sequence import Sequence
 
 
 @dataclass(slots=True, eq=False)
-class Work:
-    """One step on its way through prepare -> execute -> finish."""
+class StepTrace:
+    """The parts of one step's record, gathered from prepare to finish (the executing state is
+    ``execute.InFlight``'s)."""
 
-    batch: ScheduledBatch
-    rows: list[Sequence | None]
-    fb: ForwardBatch
     t_start: float
-    policy: str = ""  # as scheduled: a switch applied while this step executes must not relabel it
-    runner: str = ""
-    slots: list[SlotRecord] = field(default_factory=list)
-    kv: KVRecord = field(default_factory=lambda: cast(KVRecord, {}))  # launch: kv_view
-    spans: list[SpanRecord] = field(default_factory=list)
-    events: list[dict] = field(default_factory=list)
-    # (row, sequence, output index) of every token this step computes for a sequence
-    outputs: list[tuple[int, Sequence, int]] = field(default_factory=list)
-    future: Future | None = None
-    tokens: torch.Tensor | None = None
+    policy: str  # as scheduled: a switch applied while this step executes must not relabel it
+    runner: str
+    slots: list[SlotRecord]
+    admitted: list[int]
+    preempted: list[int]
+    prefix_hits: dict[int, int]  # request id -> prompt tokens its admission took from the cache
+    decided: list[str]  # hooks a loaded policy answered itself
+    events: list[dict] = field(default_factory=list)  # switches applied before this step
     cost: StepWork | None = None  # what the cost model prices (engine/core/cost_model.py)
+    kv: KVRecord = field(default_factory=lambda: cast(KVRecord, {}))  # at launch: kv_view
+    spans: list[SpanRecord] = field(default_factory=list)
 
 
 def slots_view(batch: ScheduledBatch, running: list[Sequence], max_slots: int) -> list[SlotRecord]:
@@ -95,44 +92,44 @@ def step_work(batch: ScheduledBatch, rows: list) -> StepWork:
 
 
 def step_record(
-    work: Work, step: int, t_end: float, finished: list[int], queue_len: int, cost: CostModel
+    trace: StepTrace, step: int, t_end: float, finished: list[int], queue_len: int, cost: CostModel
 ) -> StepRecord:
     """The step's record (the contract: ``engine/core/records.py``)."""
     tokens: TokenCounts = {"prefill": 0, "decode": 0, "dead": 0}
-    for s in work.slots:
+    for s in trace.slots:
         if s["phase"] != "idle":
             tokens[s["phase"]] += s["tokens"]
     record: StepRecord = {
         "step": step,
-        "t_start": work.t_start,
+        "t_start": trace.t_start,
         "t_end": t_end,
-        "policy": work.policy,
-        "runner": cast(Runner, work.runner),  # EngineConfig checked it
-        "slots": work.slots,
-        "admitted": [s.id for s in work.batch.admitted],
+        "policy": trace.policy,
+        "runner": cast(Runner, trace.runner),  # EngineConfig checked it
+        "slots": trace.slots,
+        "admitted": list(trace.admitted),
         "finished": list(finished),
-        "preempted": [s.id for s in work.batch.preempted],
+        "preempted": list(trace.preempted),
         # Prefix cache: tokens each admission took from it (request id -> tokens), and their sum.
-        "admitted_cached": dict(work.batch.prefix_hits),
-        "cached_tokens": sum(work.batch.prefix_hits.values()),
+        "admitted_cached": dict(trace.prefix_hits),
+        "cached_tokens": sum(trace.prefix_hits.values()),
         "queue_len": queue_len,
-        "kv": work.kv,
+        "kv": trace.kv,
         "tokens": tokens,
-        "spans": work.spans,
-        "events": work.events,
+        "spans": trace.spans,
+        "events": cast(list[Event], trace.events),
         # hooks a loaded policy answered itself (records.py), named by the guard
-        "decided": cast(list[Hook], work.batch.decided),
+        "decided": cast(list[Hook], trace.decided),
         # The cost model's duration for this step's work on a quiet machine (None until it
         # has seen enough steps): measured >> expected with nothing admitted is the machine.
-        "expected_s": None if work.cost is None else cost.expected(work.cost),
+        "expected_s": None if trace.cost is None else cost.expected(trace.cost),
     }
     return record
 
 
-def observe_cost(cost: CostModel, work: Work, pin: bool) -> None:
+def observe_cost(cost: CostModel, trace: StepTrace, pin: bool) -> None:
     """Teach the cost model this step's compute time (a failed step computed nothing to learn)."""
-    compute = [s["end"] - s["start"] for s in work.spans if s["lane"] == "compute"]
-    if work.cost is None or not compute:
+    compute = [s["end"] - s["start"] for s in trace.spans if s["lane"] == "compute"]
+    if trace.cost is None or not compute:
         return
-    host = sum(s["end"] - s["start"] for s in work.spans if s["lane"] != "compute")
-    cost.observe(work.cost, compute[0], host, pin=pin)
+    host = sum(s["end"] - s["start"] for s in trace.spans if s["lane"] != "compute")
+    cost.observe(trace.cost, compute[0], host, pin=pin)
