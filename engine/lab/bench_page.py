@@ -10,11 +10,15 @@ its step telemetry while, in turn (A B A B):
   local browser), with the Streamlit process's and Chromium's CPU use over the same window;
 - ``none`` / ``viewers``: no extra subscriber vs 40 websocket viewers subscribed (in this process,
   which runs on the page's cores, as a class's browsers would run elsewhere);
+- ``quiet`` / ``class``: no page session vs 40 students on the Lessons page answering lesson 1's
+  prediction at once and following its fragment, in Streamlit's own protocol (``students.py``),
+  as a class's sessions run in the teacher's page process;
 - then 10 browser sessions send a chat at the same moment, and every answer is counted.
 
 Ratios: ``page_step_p50_open_over_closed``, ``page_step_p90_open_over_closed``,
 ``page_streamlit_cores_per_session``, ``page_step_p50_viewers_over_none``,
-``page_class_chats_answered``.
+``page_step_p50_class_over_quiet`` (with the students' waits: the page's open, the answer, a
+fragment rerun, p50 and max), ``page_class_chats_answered``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 from engine.core import cpu
 from engine.core.metrics import median, percentile
 from engine.lab import launcher as lab
+from engine.lab import students
 
 Result = dict[str, Any]
 TRAFFIC = {
@@ -43,6 +48,8 @@ TRAFFIC = {
     "max_tokens": 48,
     "seed": 1,
 }
+PHASES = ("closed", "open", "none", "viewers", "quiet", "class")  # in A/B pairs
+CLASS = f"lang=pt-BR&lesson={students.LESSON}"  # the students' Lessons page
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 
@@ -161,7 +168,8 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
     tap.send({"type": "control", "policy": "continuous", "max_slots": 8})
     tap.send(TRAFFIC)
     time.sleep(8)  # traffic reaches its steady state
-    phases: dict[str, list[float]] = {"closed": [], "open": [], "none": [], "viewers": []}
+    phases: dict[str, list[float]] = {k: [] for k in PHASES}
+    classes: list[dict] = []
     cores: dict[str, list[float]] = {
         "streamlit_open": [],
         "streamlit_closed": [],
@@ -173,12 +181,15 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
         for _ in range(reps):
             for phase in ("closed", "open"):
                 _page_phase(browser, tap, page_url, page_pid, phase, seconds, phases, cores)
-            for phase in ("none", "viewers"):
+            for phase in ("none", "viewers", "quiet", "class"):
                 t0 = time.time()
                 _say(f"phase {phase}")
                 if phase == "viewers":
                     # on the tap's loop: Playwright owns this thread's
                     tap.run(_viewers(ws_url, 40, seconds))
+                elif phase == "class":
+                    url, seed = page_url.rstrip("/"), 1000 * len(classes)
+                    classes.append(tap.run(students.class_window(url, CLASS, 40, seconds, seed)))
                 else:
                     time.sleep(seconds)
                 phases[phase] += tap.window(t0, time.time())
@@ -193,6 +204,11 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
     for k, xs in cores.items():
         runs.setdefault("cores", {})[k] = median(xs) if xs else None
     ratios = _ratios(runs)
+    ratios |= {
+        f"page_class_{k}": median([c[k] for c in classes if k in c] or [float("nan")])
+        for k in ("answers_shown", "open_p50_s", "open_max_s", "answer_p50_s", "fragment_p50_s")
+    }
+    ratios["page_class_failed"] = sum(c["failed"] for c in classes)  # students whose page failed
     ratios["page_class_chats_answered"] = answered
     ratios["page_class_chats_refused"] = refused
     return {"runs": runs, "ratios": ratios, "reps": reps, "seconds": seconds}
@@ -239,6 +255,7 @@ def _ratios(runs: dict) -> dict:
         "page_streamlit_cores_per_session": runs["cores"]["streamlit_open"],
         "page_chromium_cores": runs["cores"]["chromium_open"],
         "page_step_p50_viewers_over_none": r["viewers"]["p50_ms"] / r["none"]["p50_ms"],
+        "page_step_p50_class_over_quiet": r["class"]["p50_ms"] / r["quiet"]["p50_ms"],
     }
 
 
@@ -319,7 +336,7 @@ def table(result: Result) -> str:
         f"A B A B)",
         f"{'phase':<10}{'steps':>8}{'p50 ms':>10}{'p90 ms':>10}",
     ]
-    for name in ("closed", "open", "none", "viewers"):
+    for name in PHASES:
         r = result["runs"][name]
         lines.append(f"{name:<10}{r['steps']:>8}{r['p50_ms']:>10.1f}{r['p90_ms']:>10.1f}")
     for k, v in result["ratios"].items():
