@@ -203,12 +203,7 @@ def measure(page_url: str, ws_url: str, page_pid: int, seconds: float, reps: int
     runs = {name: _stats(xs) for name, xs in phases.items()}
     for k, xs in cores.items():
         runs.setdefault("cores", {})[k] = median(xs) if xs else None
-    ratios = _ratios(runs)
-    ratios |= {
-        f"page_class_{k}": median([c[k] for c in classes if k in c] or [float("nan")])
-        for k in ("answers_shown", "open_p50_s", "open_max_s", "answer_p50_s", "fragment_p50_s")
-    }
-    ratios["page_class_failed"] = sum(c["failed"] for c in classes)  # students whose page failed
+    ratios = _ratios(runs) | _class_ratios(classes)
     ratios["page_class_chats_answered"] = answered
     ratios["page_class_chats_refused"] = refused
     return {"runs": runs, "ratios": ratios, "reps": reps, "seconds": seconds}
@@ -257,6 +252,15 @@ def _ratios(runs: dict) -> dict:
         "page_step_p50_viewers_over_none": r["viewers"]["p50_ms"] / r["none"]["p50_ms"],
         "page_step_p50_class_over_quiet": r["class"]["p50_ms"] / r["quiet"]["p50_ms"],
     }
+
+
+def _class_ratios(classes: list[dict]) -> dict:
+    """The students' phases (``students.class_window``): medians over the reps, failures summed."""
+    out = {
+        f"page_class_{k}": median([c[k] for c in classes if k in c] or [float("nan")])
+        for k in ("answers_shown", "open_p50_s", "open_max_s", "answer_p50_s", "fragment_p50_s")
+    }
+    return out | {"page_class_failed": sum(c["failed"] for c in classes)}
 
 
 def class_chat(browser, page_url: str, n: int) -> tuple[int, int]:
