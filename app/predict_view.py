@@ -35,6 +35,8 @@ WORDS = {
         "value": "The engine's answer to reveal",
         "clear": "Clear the answers",
         "refused": "Refused ({code}): {message}",
+        "nick": "Nickname (optional: only the presenter sees it)",
+        "named": "By name: {names}",
     },
     "pt-BR": {
         "predict": "Preveja antes de clicar",
@@ -57,6 +59,8 @@ WORDS = {
         "value": "A resposta do motor a revelar",
         "clear": "Apagar as respostas",
         "refused": "Recusada ({code}): {message}",
+        "nick": "Apelido (opcional: só quem apresenta vê)",
+        "named": "Com nome: {names}",
     },
 }
 
@@ -117,7 +121,7 @@ def reveal(q: predictions.Question, result: dict) -> float | None:
 
 def _body(folder: Path | None, q: predictions.Question, presenter: bool, lang: str) -> None:
     words, b = WORDS[lang], board()
-    seen = b.view(q.key, _session())
+    seen = b.view(q.key, _session(), presenter)
     if folder is not None:  # once a run (cached by measured.json's mtime)
         stored = predictions.stored_answer(folder, q)
     else:  # Compare: the earlier comparisons' answers on this page
@@ -135,6 +139,9 @@ def _body(folder: Path | None, q: predictions.Question, presenter: bool, lang: s
         if presenter or seen["locked"]:  # students see the class once answers are final
             said = words["class_1" if seen["count"] == 1 else "class"]
             st.caption(said.format(n=seen["count"], m=_fmt(q, seen["median"], lang)))
+            if seen["named"]:  # the presenter's alone (Board.view): a student never gets names
+                names = " · ".join(f"{n}: {_fmt(q, v, lang)}" for n, v in seen["named"])
+                st.caption(words["named"].format(names=names))
             _histogram(q, seen, stored)
         if seen["revealed"] is not None:
             _engine_line(q, seen, stored or {}, words, lang)
@@ -153,9 +160,19 @@ def _answer_form(
     value = row.number_input(
         q.unit, q.lo, q.hi, float(start), q.step, key=key, label_visibility="collapsed"
     )
+    nick = row.text_input(
+        words["nick"],
+        seen["nickname"],
+        predictions.MAX_NAME,
+        key=f"{key}_nick",
+        placeholder=words["nick"],
+        label_visibility="collapsed",
+        width=300,
+    )
     if row.button(words["send"], key=f"{key}_send"):
         try:
             b.answer(q, _session(), value)
+            b.name(_session(), nick)
             st.session_state.pop(f"{key}_refused", None)
         except predictions.Refused as exc:
             st.session_state[f"{key}_refused"] = words["refused"].format(

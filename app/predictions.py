@@ -12,7 +12,9 @@ its own connection to the page, keyed by its session id, never shown. One answer
 and session, editable until the presenter locks it; a session that answers faster than once a
 second, or more than ``MAX_EDITS`` times, is refused with ``rate_limited``. What anyone sees is
 the count, the median and the anonymous values (a histogram), their own answer, and the engine's
-answer once revealed. Nothing here imports torch or Streamlit.
+answer once revealed. A student may choose a nickname (``Board.name``): the presenter then sees
+it beside that student's answer, and no other student ever does. Nothing here imports torch or
+Streamlit.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from engine.workloads.lessons import last_preflight
 MAX_EDITS = 20  # one session's answers to one question: a first answer and its changes
 MIN_GAP_S = 1.0  # between two of them
 MAX_SESSIONS = 500  # answers to one question: a class of 60 with room; a flood of sessions stops
+MAX_NAME = 24  # a nickname's characters
 
 
 class Refused(FluxoError):
@@ -201,6 +204,22 @@ class Board:
         self._clock = clock
         self._asked: dict[str, str] = {}  # a page ("compare") -> the key of its question now
         self._revealed: dict[str, list[float]] = {}  # key -> every answer revealed, in order
+        self._names: dict[str, str] = {}  # session -> the nickname it chose (the presenter's)
+
+    def name(self, session: str, nickname: str) -> str:
+        """A session's nickname, shown to the presenter only ("" or blanks: anonymous again);
+        returns it as kept, or a coded refusal."""
+        if not isinstance(nickname, str):
+            raise Refused(f"a nickname is text, got {type(nickname).__name__}")
+        kept = " ".join(nickname.split())
+        if len(kept) > MAX_NAME or not all(c.isprintable() for c in kept):
+            raise Refused(f"a nickname is at most {MAX_NAME} printable characters")
+        with self._lock:
+            if kept:
+                self._names[session] = kept
+            else:
+                self._names.pop(session, None)
+        return kept
 
     def ask(self, page: str, key: str) -> None:
         """The presenter's page asks ``key`` now: every session on that page shows it."""
@@ -250,13 +269,17 @@ class Board:
         with self._lock:
             self._tallies.pop(key, None)
 
-    def view(self, key: str, session: str | None = None) -> dict[str, Any]:
-        """What a session sees: the class's answers without names, its own, and the state."""
+    def view(self, key: str, session: str | None = None, presenter: bool = False) -> dict[str, Any]:
+        """What a session sees: the class's answers without names, its own, and the state; the
+        presenter also ``named``: (nickname, answer) of the students who chose one."""
         with self._lock:
             t = self._tallies.get(key) or Tally()
             values = sorted(t.answers.values())
             mine = t.answers.get(session) if session is not None else None
+            named = sorted((self._names[s], v) for s, v in t.answers.items() if s in self._names)
             return {
+                "named": named if presenter else [],
+                "nickname": self._names.get(session, "") if session is not None else "",
                 "earlier": list(self._revealed.get(key, []))[
                     : -1 if t.revealed is not None else None
                 ],

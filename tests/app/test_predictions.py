@@ -143,3 +143,30 @@ def test_the_presenter_s_page_asks_and_earlier_reveals_are_kept():
     assert b.view(q.key)["earlier"] == [2.0] and b.view(q.key)["revealed"] == 3.0
     b.reset(q.key)
     assert b.view(q.key)["earlier"] == [2.0, 3.0]
+
+
+def test_a_nickname_reaches_the_presenter_and_no_student():
+    """A student who chose a nickname is named to the presenter beside their answer; the other
+    students see the same anonymous values as before; clearing the name makes it anonymous."""
+    b, q = Board(Clock()), _q()
+    b.answer(q, "s1", 2.0)
+    b.answer(q, "s2", 3.0)
+    assert b.name("s1", "  Ana \t Clara ") == "Ana Clara"  # blanks folded, as shown
+    presenter = b.view(q.key, "teacher", presenter=True)
+    assert presenter["named"] == [("Ana Clara", 2.0)] and presenter["count"] == 2
+    for session in ("s1", "s2"):  # a student, even the named one, gets no names
+        seen = b.view(q.key, session)
+        assert seen["named"] == [] and "Ana" not in repr({**seen, "nickname": ""})
+    assert b.view(q.key, "s1")["nickname"] == "Ana Clara"  # their own box keeps it
+    assert b.view(q.key, "s2")["nickname"] == ""
+    b.name("s1", "   ")
+    assert b.view(q.key, "teacher", presenter=True)["named"] == []
+
+
+@pytest.mark.parametrize("name", ["x" * (predictions.MAX_NAME + 1), "a\x00b", "bell\x07", 7])
+def test_a_bad_nickname_is_refused_with_a_code(name):
+    b = Board(Clock())
+    with pytest.raises(Refused) as exc:
+        b.name("s1", name)
+    assert exc.value.code == "bad_field"
+    assert b.view("1:t", "teacher", presenter=True)["named"] == []

@@ -84,22 +84,33 @@ def _live_controls_on(page) -> None:
     expect(page.locator(".st-key-ctl_max_slots input")).to_have_value("8")
 
 
-def _open(page, http_url: str):
-    page.goto(f"{http_url}/lessons?lang=pt-BR&lesson={LESSON}")
-    _role(page, VIEWER)
+# The words these tests read on the page, per language (app/i18n*.py, app/predict_view.py).
+SAY = {
+    "pt-BR": {"viewer": VIEWER, "presenter": PRESENTER, "setup": SETUP},
+    "en": {
+        "viewer": "viewer (chat and watch)",
+        "presenter": "presenter (controls on)",
+        "setup": "Set up this scenario",
+    },
+}
+
+
+def _open(page, http_url: str, lang: str = "pt-BR"):
+    page.goto(f"{http_url}/lessons?lang={lang}&lesson={LESSON}")
+    _role(page, SAY[lang]["viewer"])
     return page
 
 
-def _sign_in(page, http_url: str):
-    """Lesson 2 on Aulas, a viewer's until the token is typed once."""
+def _sign_in(page, http_url: str, lang: str = "pt-BR"):
+    """Lesson 2 on the Lessons page, a viewer's until the token is typed once."""
     from playwright.sync_api import expect
 
-    setup = _open(page, http_url).get_by_role("button", name=SETUP)
+    setup = _open(page, http_url, lang).get_by_role("button", name=SAY[lang]["setup"])
     expect(setup).to_be_disabled(timeout=60_000)
     field = page.locator("input[type='password']")
     field.fill(TOKEN)
     field.press("Enter")
-    _role(page, PRESENTER)
+    _role(page, SAY[lang]["presenter"])
     expect(setup).to_be_enabled(timeout=60_000)
     return page
 
@@ -178,12 +189,16 @@ def test_the_presenter_keeps_control_through_lesson_two_and_a_reload(browser, to
     assert wait(lambda: not mine(), timeout=30), mine()
 
 
-def _send(page, value: str) -> None:
+def _send(page, value: str, send: str = "Enviar minha resposta", nickname: str = "") -> None:
     box = page.locator(".st-key-predict_2")
+    if nickname:
+        name = box.locator("input[type='text']").first
+        name.fill(nickname)
+        name.press("Enter")
     field = box.locator("input[type='number']").first
     field.fill(value)
     field.press("Enter")
-    box.get_by_role("button", name="Enviar minha resposta").click()
+    box.get_by_role("button", name=send).click()
 
 
 @pytest.mark.browser
@@ -228,6 +243,43 @@ def test_the_class_predicts_and_the_engine_answers(browser, token_lab):
         teacher.screenshot(path=str(shots / "12-predict-presenter-pt-BR.png"), full_page=True)
         students[0].screenshot(path=str(shots / "13-predict-student-pt-BR.png"), full_page=True)
         box.get_by_role("button", name="Apagar as respostas").click()  # the next class starts clean
+    finally:
+        for ctx in made:
+            ctx.close()
+
+
+@pytest.mark.browser
+def test_a_nickname_reaches_the_presenter_alone_in_english(browser, token_lab):
+    """The same question in English: one student answers under a nickname, one anonymously;
+    the presenter sees the name beside its answer, the other student never does, the lock and
+    the reveal reach both (issue 41: nicknames; English screenshots)."""
+    from playwright.sync_api import expect
+
+    http_url, _ = token_lab
+    made = [browser.new_context(viewport={"width": 1366, "height": 900}) for _ in range(3)]
+    try:
+        teacher = _sign_in(made[0].new_page(), http_url, "en")
+        ana, other = (_open(ctx.new_page(), http_url, "en") for ctx in made[1:])
+        _send(ana, "0.4", "Send my answer", nickname="Ana")
+        _send(other, "0.7", "Send my answer")
+        for page in (ana, other):
+            expect(page.get_by_text("Your answer:")).to_be_visible(timeout=60_000)
+        box = teacher.locator(".st-key-predict_2")
+        expect(box.get_by_text("2 answers · median")).to_be_visible(timeout=60_000)
+        expect(box.get_by_text("By name: Ana: 0.40x")).to_be_visible(timeout=60_000)
+        box.get_by_role("button", name="Lock the answers").click()
+        expect(other.get_by_text("2 answers · median")).to_be_visible(timeout=60_000)
+        box.get_by_role("button", name="Reveal the engine's answer").click()
+        for page in (teacher, ana, other):
+            expect(page.get_by_text("The engine's answer:")).to_be_visible(timeout=60_000)
+        for page in (ana, other):  # no student's page names anyone
+            assert page.get_by_text("By name").count() == 0
+            assert page.locator(".st-key-predict_2").get_by_text("Ana").count() == 0
+        shots = Path(EXTRA) if EXTRA else Path(__file__).resolve().parents[1] / "artifacts"
+        shots.mkdir(exist_ok=True)
+        teacher.screenshot(path=str(shots / "16-predict-presenter-en.png"), full_page=True)
+        other.screenshot(path=str(shots / "17-predict-student-en.png"), full_page=True)
+        box.get_by_role("button", name="Clear the answers").click()
     finally:
         for ctx in made:
             ctx.close()
