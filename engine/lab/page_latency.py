@@ -1,0 +1,140 @@
+"""``python -m engine.lab.page_latency``: how long a page change and a lesson change take here.
+
+A teacher in a room clicks "Lessons", then another lesson, then "Live": each click should answer
+within 1 s on a 2-core laptop with the engine running (issue 36). This starts the lab as
+``make lab`` starts it (engine and page on their own cores where there are two), runs the Live
+page's default traffic, opens Chromium (Debian's, through Playwright, on the page's cores as
+``--open`` pins a local browser) as the presenter (loopback: every session presents) and times,
+``--reps`` times each, in turn:
+
+- ``live -> lessons``: the nav click until the lesson's text is drawn and the script run ended;
+- ``lesson -> lesson``: another lesson in the picker, until its text is drawn and the run ended;
+- ``lessons -> live``: the nav click until the Live view's frame is drawn and the run ended.
+
+"Ended" is Streamlit's own status widget gone (no script running). Medians and the spread (min,
+max) per transition; a number depends on this machine and its load, so it is measured, not
+asserted by any test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from engine.core import cpu
+from engine.lab import launcher as lab
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+# two long texts, alternated in the picker
+LESSONS = ("2 · The oven vs the flow", "5 · CPU and accelerator at the same time")
+IDLE = "[data-testid='stStatusWidget']"  # present while a script runs
+
+
+def _settled(page, selector: str, t0: float, timeout_s: float = 60) -> float:
+    """Seconds from ``t0`` until ``selector`` is visible and no script runs."""
+    page.locator(selector).first.wait_for(state="visible", timeout=timeout_s * 1000)
+    page.wait_for_function(
+        f'() => !document.querySelector("{IDLE}")', timeout=timeout_s * 1000, polling=20
+    )
+    return time.monotonic() - t0
+
+
+def _nav(page, title: str) -> float:
+    t0 = time.monotonic()
+    page.locator("[data-testid='stSidebarNav'] a", has_text=title).first.click()
+    return t0
+
+
+def _pick(page, lesson: str) -> float:
+    """Open the lesson picker (again, until its list shows) and choose ``lesson``."""
+    option = page.get_by_role("option", name=lesson, exact=True)
+    for _ in range(5):
+        page.mouse.move(1, 1)
+        page.locator(".st-key-lesson_name [data-testid='stSelectbox']").click(timeout=60_000)
+        try:
+            option.wait_for(timeout=5_000)
+            break
+        except Exception:  # noqa: BLE001 - not open: Escape, then click again
+            page.keyboard.press("Escape")
+    t0 = time.monotonic()
+    option.click()
+    return t0
+
+
+def measure(page_url: str, reps: int) -> dict[str, list[float]]:
+    from playwright.sync_api import sync_playwright
+
+    out: dict[str, list[float]] = {"live -> lessons": [], "lesson -> lesson": []}
+    out["lessons -> live"] = []
+    text = "[data-testid='stMarkdownContainer'] h1"  # a lesson text's title (one markdown)
+    live = "iframe[src*='fluxo_view']"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.goto(page_url + "/?lang=en", timeout=180_000)  # the page keeps lang in its URL
+        _settled(page, live, time.monotonic(), 180)
+        for i in range(reps + 1):  # the first round warms the page's caches: not kept
+            seen = {"live -> lessons": _settled(page, text, _nav(page, "Lessons"))}
+            title = f"{text}:has-text('Lesson {LESSONS[i % 2][0]} ')"
+            seen["lesson -> lesson"] = _settled(page, title, _pick(page, LESSONS[i % 2]))
+            seen["lessons -> live"] = _settled(page, live, _nav(page, "Live"))
+            for k, v in seen.items():
+                if i:
+                    out[k].append(v)
+            time.sleep(1)
+        browser.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.lab.page_latency", description=__doc__)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--json", help="also write the times here")
+    args = ap.parse_args(argv)
+    largs = lab.parse_args(
+        ["--model", args.model, "--engine-port", str(lab.free_port())]
+        + ["--page-port", str(lab.free_port())]
+    )
+    engine, page, _, split = lab.start(largs)
+    try:
+        lab.wait_ready(engine, page, largs)
+        if split.pinned and split.page_cpus:
+            cpu.pin_process(split.page_cpus)  # this driver and its Chromium: the page's cores
+        _traffic(largs.engine_port)
+        times = measure(f"http://127.0.0.1:{largs.page_port}", args.reps)
+    finally:
+        lab.stop(page, engine)
+    print(split.describe())
+    for k, xs in times.items():
+        print(
+            f"{k:<18} median {statistics.median(xs):.2f} s  "
+            f"(min {min(xs):.2f}, max {max(xs):.2f}, {len(xs)} clicks)"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(times, f, indent=1)
+    return 0
+
+
+def _traffic(port: int) -> None:
+    """The Live page's default traffic (0.8x capacity, chat), as a teacher leaves it running."""
+    import asyncio
+
+    from websockets.asyncio.client import connect
+
+    async def go() -> None:
+        async with connect(f"ws://127.0.0.1:{port}", max_size=None) as ws:
+            await ws.recv()
+            msg = {"type": "traffic", "action": "start", "load": 0.8, "prompts": "chat"}
+            await ws.send(json.dumps(msg | {"lengths": "lognormal", "median": 40}))
+            await asyncio.sleep(1)
+
+    asyncio.run(go())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
