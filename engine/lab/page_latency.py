@@ -9,7 +9,8 @@ page's default traffic, opens Chromium (Debian's, through Playwright, on the pag
 
 - ``live -> lessons``: the nav click until the lesson's text is drawn and the script run ended;
 - ``lesson -> lesson``: another lesson in the picker, until its text is drawn and the run ended;
-- ``lessons -> live``: the nav click until the Live view's frame is drawn and the run ended.
+- ``lessons -> live``: the nav click until the Live view's first chart is drawn and the run
+  ended; ``... every chart``: until the view has built all its charts (``fluxo.built``).
 
 "Ended" is Streamlit's own status widget gone (no script running). Medians and the spread (min,
 max) per transition; a number depends on this machine and its load, so it is measured, not
@@ -31,6 +32,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
 # two long texts, alternated in the picker
 LESSONS = ("2 · The oven vs the flow", "5 · CPU and accelerator at the same time")
 IDLE = "[data-testid='stStatusWidget']"  # present while a script runs
+EVERY = (  # the view has made every chart of its grid (built at once, or one by one)
+    "() => window.fluxo && fluxo.args && Object.keys(fluxo.views).length ==="
+    " (fluxo.args.order || Object.keys(fluxo.args.specs || {})).length"
+)
 
 
 def _settled(page, selector: str, t0: float, timeout_s: float = 60) -> float:
@@ -40,6 +45,16 @@ def _settled(page, selector: str, t0: float, timeout_s: float = 60) -> float:
         f'() => !document.querySelector("{IDLE}")', timeout=timeout_s * 1000, polling=20
     )
     return time.monotonic() - t0
+
+
+def _view_frame(page):
+    """The Live view's frame (the charts' document) of the page now shown."""
+    for _ in range(600):
+        for f in page.frames:
+            if "fluxo_view" in f.url and not f.is_detached():
+                return f
+        page.wait_for_timeout(50)  # (Playwright's events are pumped only inside its calls)
+    raise RuntimeError("no Live view frame")
 
 
 def _nav(page, title: str) -> float:
@@ -68,7 +83,7 @@ def measure(page_url: str, reps: int) -> dict[str, list[float]]:
     from playwright.sync_api import sync_playwright
 
     out: dict[str, list[float]] = {"live -> lessons": [], "lesson -> lesson": []}
-    out["lessons -> live"] = []
+    out["lessons -> live"], out["lessons -> live, every chart"] = [], []
     text = "[data-testid='stMarkdownContainer'] h1"  # a lesson text's title (one markdown)
     live = "iframe[src*='fluxo_view']"
     with sync_playwright() as pw:
@@ -80,7 +95,13 @@ def measure(page_url: str, reps: int) -> dict[str, list[float]]:
             seen = {"live -> lessons": _settled(page, text, _nav(page, "Lessons"))}
             title = f"{text}:has-text('Lesson {LESSONS[i % 2][0]} ')"
             seen["lesson -> lesson"] = _settled(page, title, _pick(page, LESSONS[i % 2]))
-            seen["lessons -> live"] = _settled(page, live, _nav(page, "Live"))
+            t0 = _nav(page, "Live")
+            seen["lessons -> live"] = _settled(page, live, t0)
+            frame = page.frame_locator(live).first
+            frame.locator("#fluxo-charts canvas").first.wait_for(timeout=60_000)
+            seen["lessons -> live"] = max(seen["lessons -> live"], time.monotonic() - t0)
+            _view_frame(page).wait_for_function(EVERY, timeout=60_000, polling=20)
+            seen["lessons -> live, every chart"] = time.monotonic() - t0
             for k, v in seen.items():
                 if i:
                     out[k].append(v)
