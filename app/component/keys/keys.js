@@ -77,11 +77,15 @@
       q.sent = Date.now();
     } else if (!q.missing) {
       q.missing = Date.now();  // the page may still be drawing its buttons: keep the presses
-    } else if (Date.now() - q.missing > 3000) {
-      q.dirs.length = 0;  // no such button for 3 s: the presenter left Step by step
+    } else if (Date.now() - q.missing > (onStep() ? 30000 : 3000)) {
+      // No such button for 3 s: the presenter left Step by step. On Step by step itself a loaded
+      // laptop can take longer than that to draw them again (a fresh clone's suite at load ~4 lost
+      // a Page Down this way), so the presses wait there up to 30 s.
+      q.dirs.length = 0;
       q.missing = 0;
     }
   }
+  const onStep = () => /\/step\/?$/.test(top.location.pathname);  // Step by step's address
   top.__fluxoKeysPump = pumpId;
   setInterval(pump, 40);
 
