@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,6 +98,23 @@ def start_streamlit(
         except OSError:
             time.sleep(0.2)
     raise RuntimeError(f"streamlit not healthy within 60 s:\n{log.read_text()[-3000:]}")
+
+
+@contextmanager
+def engine_and_page(tmp: Path, *engine_args: str) -> Iterator[tuple[str, str]]:
+    """``start_engine`` (tiny) and the page in front of it; yields (engine ws url, page http url)
+    and stops both after, the engine too when the page fails to start."""
+    engine, ws_url = start_engine(tmp, *engine_args)
+    try:
+        page, http_url = start_streamlit(tmp, ws_url)
+    except Exception:
+        stop(engine)
+        raise
+    try:
+        yield ws_url, http_url
+    finally:
+        stop(page)
+        stop(engine)
 
 
 def stop(proc: subprocess.Popen) -> None:

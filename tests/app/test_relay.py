@@ -12,7 +12,7 @@ import http.client
 import json
 
 import pytest
-from servers import start_engine, start_streamlit, stop
+from servers import engine_and_page
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -23,16 +23,8 @@ from app.relay import PATH
 def page(tmp_path_factory):
     """A loopback engine with no token (its own clients present) and the page in front of it;
     yields the page's port."""
-    tmp = tmp_path_factory.mktemp("relay")
-    engine, ws_url = start_engine(tmp)
-    try:
-        proc, http_url = start_streamlit(tmp, ws_url)
-    except Exception:
-        stop(engine)
-        raise
-    yield int(http_url.rsplit(":", 1)[1])
-    stop(proc)
-    stop(engine)
+    with engine_and_page(tmp_path_factory.mktemp("relay")) as (_, http_url):
+        yield int(http_url.rsplit(":", 1)[1])
 
 
 async def _handshake(port: int, path: str, name: str) -> tuple[str, dict | None]:

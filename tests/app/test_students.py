@@ -8,23 +8,15 @@ import asyncio
 import random
 
 import pytest
-from servers import start_engine, start_streamlit, stop
+from servers import engine_and_page
 
 from engine.lab import students
 
 
 @pytest.fixture(scope="module")
 def page_url(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("students")
-    engine, ws_url = start_engine(tmp)
-    try:
-        proc, http_url = start_streamlit(tmp, ws_url)
-    except Exception:
-        stop(engine)
-        raise
-    yield http_url
-    stop(proc)
-    stop(engine)
+    with engine_and_page(tmp_path_factory.mktemp("students")) as (_, http_url):
+        yield http_url
 
 
 def test_a_class_answers_and_each_student_sees_their_own_answer(page_url):

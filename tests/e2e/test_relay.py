@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import pytest
-from servers import start_engine, start_streamlit, stop
+from servers import engine_and_page
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -26,15 +26,8 @@ def relayed(tmp_path_factory):
     """An engine on loopback without a token (every own client presents) that allows one open
     request per student, and the page in front of it."""
     tmp = tmp_path_factory.mktemp("relay")
-    engine, ws_url = start_engine(tmp, "--max-open", "1", "--slots", "2")
-    try:
-        page, http_url = start_streamlit(tmp, ws_url)
-    except Exception:
-        stop(engine)
-        raise
-    yield ws_url, http_url
-    stop(page)
-    stop(engine)
+    with engine_and_page(tmp, "--max-open", "1", "--slots", "2") as urls:
+        yield urls
 
 
 def test_a_browser_that_reaches_only_the_page_gets_charts_and_an_answer(relayed, browser):
