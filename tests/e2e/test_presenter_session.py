@@ -96,7 +96,9 @@ SAY = {
 
 
 def _open(page, http_url: str, lang: str = "pt-BR"):
-    page.goto(f"{http_url}/lessons?lang={lang}&lesson={LESSON}")
+    # 120 s, not Playwright's 30: on one core shared by the engine, the page, Chromium and the
+    # suite (`taskset -c 0 make test`), a first load of the Lessons page took longer than 30 s
+    page.goto(f"{http_url}/lessons?lang={lang}&lesson={LESSON}", timeout=120_000)
     _role(page, SAY[lang]["viewer"])
     return page
 
