@@ -261,12 +261,16 @@ def test_a_nickname_reaches_the_presenter_alone_in_english(browser, token_lab):
     made = [browser.new_context(viewport={"width": 1366, "height": 900}) for _ in range(3)]
     try:
         teacher = _sign_in(made[0].new_page(), http_url, "en")
+        box = teacher.locator(".st-key-predict_2")
+        # a clean, unlocked question: the test before may close its tabs before its own "clear"
+        # ran (the quiet CI found the question still locked here, and no answer box)
+        box.get_by_role("button", name="Clear the answers").click()
+        expect(box.get_by_role("button", name="Lock the answers")).to_be_visible(timeout=60_000)
         ana, other = (_open(ctx.new_page(), http_url, "en") for ctx in made[1:])
         _send(ana, "0.4", "Send my answer", nickname="Ana")
         _send(other, "0.7", "Send my answer")
         for page in (ana, other):
             expect(page.get_by_text("Your answer:")).to_be_visible(timeout=60_000)
-        box = teacher.locator(".st-key-predict_2")
         expect(box.get_by_text("2 answers · median")).to_be_visible(timeout=60_000)
         expect(box.get_by_text("By name: Ana: 0.40x")).to_be_visible(timeout=60_000)
         box.get_by_role("button", name="Lock the answers").click()
