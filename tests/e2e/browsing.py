@@ -21,6 +21,12 @@ VIEW = "iframe[src*='fluxo_view']"
 COMPARE_SCALE = "0.25"
 
 
+def at_step(n: int) -> str:
+    """A page function: the address's step is ``n`` exactly (``includes('at=8')`` also holds
+    for at=83, which once let a loaded page's stale address pass for the new one)."""
+    return f"() => new URLSearchParams(location.search).get('at') === '{n}'"
+
+
 def wait(fn, timeout: float = 30.0, every: float = 0.2):
     end = time.time() + timeout
     while time.time() < end:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from .browsing import at_step
+
 LESSON = "02-oven-vs-flow"
 
 
@@ -66,7 +68,7 @@ def test_a_burst_of_presses_moves_as_many_steps(offline, browser):
         page.keyboard.press(key)
     end = at + 4 - 1 + 2
     expect(page.get_by_role("heading", name=re.compile(rf"^Step {end} ·"))).to_be_visible()
-    page.wait_for_function(f"() => location.search.includes('at={end}')")
+    page.wait_for_function(at_step(end))
     page.wait_for_function("() => !window.__fluxoKeyQueue || !window.__fluxoKeyQueue.dirs.length")
     page.wait_for_timeout(1500)  # nothing more arrives: no press was applied twice
     expect(page.get_by_role("heading", name=re.compile(rf"^Step {end} ·"))).to_be_visible()

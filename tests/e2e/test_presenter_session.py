@@ -152,7 +152,9 @@ def test_the_presenter_keeps_control_through_lesson_two_and_a_reload(browser, to
     ctx, student = two
     page = _sign_in(ctx.new_page(), http_url)
     page.get_by_role("button", name=SETUP).click()
-    page.get_by_text("Cenário rodando").wait_for(timeout=60_000)
+    # the set-up, then two runs of the Lessons page (the click's and its rerun's): a first run
+    # alone took over 30 s with the suite pinned to one core, and this waited 60 s in vain once
+    page.get_by_text("Cenário rodando").wait_for(timeout=180_000)
     assert probe.snapshot(steps=0).state["config"]["max_slots"] == 8
     _nav(page, "Ao vivo")
     _role(page, PRESENTER)

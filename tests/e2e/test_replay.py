@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from .browsing import ARTIFACTS, VIEW, view
+from .browsing import ARTIFACTS, VIEW, at_step, view
 
 REC = "02-oven-vs-flow"  # static vs continuous: dead slots on one side, none on the other
 
@@ -61,9 +61,7 @@ def _play_then_pause_with_space(page, frame) -> int:
         frame.evaluate("() => fluxo.buffer.length")
         == frame.evaluate("() => fluxo.player.cursor") + 1
     )
-    page.wait_for_function(
-        f"() => location.search.includes('at={at}')"
-    )  # paused: the step is in the URL
+    page.wait_for_function(at_step(at))  # paused: the step is in the URL
     assert (
         params(page.url) | {"at": str(at)} == params(page.url)
         and params(page.url)["lang"] == "pt-BR"
@@ -88,14 +86,12 @@ def _step_keys_walk_the_steps(page, at: int) -> str:
         """Step ``n`` drawn and the page's run finished (its address says so), as a presenter
         waits to see the step before pressing the next key."""
         expect(page.get_by_role("heading", name=re.compile(rf"^Passo {n} ·"))).to_be_visible()
-        page.wait_for_function(f"() => location.search.includes('at={n}')")
+        page.wait_for_function(at_step(n))
 
     for key, n in (("PageDown", at + 1), ("PageDown", at + 2), ("PageUp", at + 1)):
         page.keyboard.press(key)
         shows(n)
-    page.wait_for_function(
-        f"() => location.search.includes('at={at + 1}') && location.pathname.endsWith('/step')"
-    )
+    page.wait_for_function(f"() => ({at_step(at + 1)})() && location.pathname.endsWith('/step')")
     expect(page.get_by_text("Composição do lote")).to_be_visible()
     page.keyboard.press("?")  # the keys' help, over the page
     expect(page.locator("#fluxo-keys-help")).to_contain_text("Teclas de apresentação")
