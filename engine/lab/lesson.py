@@ -21,7 +21,7 @@ from engine.core import device
 from engine.core.cuda_exec import check_device, device_name
 from engine.core.errors import DeviceUnavailable
 from engine.core.model import load_model
-from engine.lab import live_steps, preflight
+from engine.lab import live_steps, live_tables, preflight
 from engine.lab.prose import lesson_runs, render_numbers
 from engine.lab.replay import warm_up
 from engine.lab.scenario import Result, lesson_dir, load, run_lesson
@@ -158,8 +158,8 @@ def write_notes(path: Path, scenario: dict) -> None:
         for (start, end), block in (
             ((MARK_START, MARK_END), measured_markdown(scenario, measured, lang)),
             (
-                (live_steps.MARK_START, live_steps.MARK_END),
-                live_steps.live_markdown(measured.get("live"), number, lang),
+                (live_tables.MARK_START, live_tables.MARK_END),
+                live_tables.live_markdown(measured.get("live"), number, lang),
             ),
         ):
             if start in text and end in text:
@@ -310,7 +310,7 @@ def _live(args: argparse.Namespace) -> int:
         if args.check:  # every claim of [[live_check]], over every run
             result["checks"] = live_steps.check(scenario, [r[i] for r in runs])
             failed += sum(not c["ok"] for c in result["checks"])
-        print(f"== lesson {number} (live) ==\n{live_steps.live_markdown(result, number, 'en')}\n")
+        print(f"== lesson {number} (live) ==\n{live_tables.live_markdown(result, number, 'en')}\n")
         if args.save:
             file = path / "measured.json"
             measured = json.loads(file.read_text()) if file.exists() else {}

@@ -8,7 +8,9 @@ scenario" sends (``reset``, ``control`` with [engine], ``traffic`` with [traffic
 headline window each, keeping the server's own ``metrics`` summary: the page's headline figures.
 
 A ``[[live]]`` entry: ``name`` (the setting as the lesson's steps name it), optional live engine
-fields (``policy``, ``max_slots``, ...) and optional ``traffic = {rate = ...}``.
+fields (``policy``, ``max_slots``, ...) and optional ``traffic = {rate = ...}``. A lesson whose
+settings the class compares at one steady load may set ``live_rounds = n``: the settings then
+alternate in n shorter windows each (``visit``), as the replays interleave their runners.
 
 A ``[[live_check]]`` entry is a claim the class should see on the page: ``metric`` (a headline
 key) of settings ``a`` and ``b``, the ratio b / a held to ``size`` by ``op`` (``OPS``: ``>`` at
@@ -25,6 +27,8 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from engine.core import cpu
@@ -44,6 +48,9 @@ HEADLINE = (  # the page's headline metrics, in its order (app/component/fluxo-l
 
 
 _SPLIT: dict[bool, cpu.Split] = {}
+# With ``live_rounds``, a window is read this long after its switch: the server's summary comes
+# once a second, so the last one before a window's end may start up to a second before it.
+SETTLE_S = 1.5
 
 
 def machine_split(no_pin: bool = False) -> cpu.Split:
@@ -56,18 +63,16 @@ def machine_split(no_pin: bool = False) -> cpu.Split:
 
 
 def start_engine(
-    model: str = "smollm2", device: str = "cpu", window_s: float = 30.0, no_pin: bool = False
+    model: str = "smollm2", device: str = "cpu", no_pin: bool = False
 ) -> tuple[subprocess.Popen, int]:
-    """The engine server alone, as ``make lab`` (or ``--no-pin``) starts it, its headline
-    summarizing the last ``window_s`` (the page's 30 s; the preflight's shorter visits, less);
-    returns it and its port."""
+    """The engine server alone, as ``make lab`` (or ``--no-pin``) starts it (its headline over
+    the page's 30 s; a visit asks for its own window); returns it and its port."""
     port = lab.free_port()
     args = lab.parse_args(
         ["--model", model, "--engine-port", str(port), "--page-port", "0", "--device", device]
     )
     split = machine_split(no_pin)
     engine_cmd, _ = lab.commands(args, split, None)
-    engine_cmd += ["--metrics-window", str(window_s)]
     proc = subprocess.Popen(
         engine_cmd,
         cwd=lab.ROOT,
@@ -111,43 +116,108 @@ async def _window(ws, seconds: float) -> tuple[dict[str, Any] | None, dict[str, 
     return last, traffic
 
 
+def rounds(scenario: dict) -> int:
+    """``live_rounds``: how often the settings alternate (1: each once, in the steps' order)."""
+    n = scenario.get("live_rounds", 1)
+    if not isinstance(n, int) or not 1 <= n <= 8:
+        raise ValueError(f"live_rounds must be an integer from 1 to 8, got {n!r}")
+    fields = {
+        frozenset(k for k in s if k in (*CONFIG_FIELDS, "traffic")) for s in settings(scenario)
+    }
+    if n > 1 and len(fields) > 1:  # a switch back must restore all that the other one changed
+        raise ValueError(
+            f"live_rounds: every [[live]] setting must state the same fields: {fields}"
+        )
+    return n
+
+
+def _mean(values: list[Any]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+async def _apply(ws, s: dict, traffic: dict) -> tuple[dict, dict]:
+    """One ``[[live]]`` setting sent as the lesson's step sends it: (its control, the traffic)."""
+    control = {k: v for k, v in s.items() if k in CONFIG_FIELDS}
+    if control:
+        await _send(ws, "control", **control)
+    if s.get("traffic"):
+        traffic = {**traffic, **s["traffic"]}
+        await _send(ws, "traffic", **traffic)
+    return control, traffic
+
+
 async def visit(
     url: str, scenario: dict, seconds: float = 30.0, warmup_s: float = 0.0
 ) -> list[dict[str, Any]]:
     """Set the lesson up as the Lessons page does, let the traffic run ``warmup_s`` (a window
     right after a reset starts empty: the preflight's short ones would read the ramp), then each
     ``[[live]]`` setting for one headline window of ``seconds``; per setting, the server's
-    summary of that window."""
+    summary of that window.
+
+    With ``live_rounds = n`` the settings alternate instead (A B, B A, A B, ...: n windows of
+    ``seconds / n`` each, after a warm-up of at least one such window), each window read
+    ``SETTLE_S`` after its switch so that none holds the other setting's steps, and a setting's
+    figures are the mean of its windows. A neighbour whose pressure drifts over a minute, and the
+    ramp from an empty engine, then land on both settings alike: lesson 5's two 30 s windows in
+    turn read async / sync 1.05-1.21x at load 6.3, where its claim is "no gain past 1.15x"."""
     from websockets.asyncio.client import connect
 
-    out = []
+    n = rounds(scenario)
+    window = seconds / n
+    order = [list(reversed(settings(scenario))) if r % 2 else settings(scenario) for r in range(n)]
+    seen: dict[str, list[tuple[dict, dict | None]]] = {}
+    rows: dict[str, dict] = {}
     async with connect(url, max_size=None) as ws:
         hello = json.loads(await ws.recv())["state"]
         engine = {k: hello.get(k) for k in ("device", "device_name", "weights")}
-        await _send(ws, "subscribe", history=0)
+        await _send(ws, "subscribe", history=0, window_s=min(30.0, window))
         await _send(ws, "reset")
         await _send(ws, "control", **{"host_work_ms": 0.0, **scenario.get("engine", {})})
         traffic = {"action": "start", **scenario.get("traffic", {})}
         await _send(ws, "traffic", **traffic)
-        if warmup_s:
-            await _window(ws, warmup_s)
-        for s in settings(scenario):
-            control = {k: v for k, v in s.items() if k in CONFIG_FIELDS}
-            if control:
-                await _send(ws, "control", **control)
-            if s.get("traffic"):
-                traffic = {**traffic, **s["traffic"]}
-                await _send(ws, "traffic", **traffic)
-            summary, offered = await _window(ws, seconds)
-            summary = summary or {}
-            row = {"name": s["name"], "name_pt-BR": s.get("name_pt", s["name"])}
-            row["settings"] = {**control, **({"traffic": s["traffic"]} if s.get("traffic") else {})}
-            row["summary"] = {k: summary.get(k) for k in HEADLINE}
-            if offered:  # the requests/s the load came to here, and the capacity it was sized on
-                row["offered"] = {k: offered.get(k) for k in ("rate", "load", "capacity")}
-            out.append(row | {"engine": engine})
+        if warmup_s or n > 1:
+            await _window(ws, max(warmup_s, window if n > 1 else 0.0))
+        for s in (s for each in order for s in each):
+            control, traffic = await _apply(ws, s, traffic)
+            summary, offered = await _window(ws, window + (SETTLE_S if n > 1 else 0.0))
+            seen.setdefault(s["name"], []).append((summary or {}, offered))
+            rows.setdefault(
+                s["name"], {"name": s["name"], "name_pt-BR": s.get("name_pt", s["name"])}
+            )
+            rows[s["name"]]["settings"] = {
+                **control,
+                **({"traffic": s["traffic"]} if s.get("traffic") else {}),
+            }
         await _send(ws, "traffic", action="stop")
+    return _fold(rows, seen, engine, n)
+
+
+def _fold(rows: dict[str, dict], seen: dict, engine: dict, n: int) -> list[dict[str, Any]]:
+    """Per setting, in first-visit order: the mean of its windows' figures, its windows (when
+    they alternated), the traffic last offered."""
+    out = []
+    for name, row in rows.items():
+        windows = [w for w, _ in seen[name]]
+        row["summary"] = {k: _mean([w.get(k) for w in windows]) for k in HEADLINE}
+        if n > 1:  # each window's own figures, for the stored run
+            row["windows"] = [{k: w.get(k) for k in HEADLINE} for w in windows]
+        if offered := next((o for _, o in reversed(seen[name]) if o), None):
+            # the requests/s the load came to here, and the capacity it was sized on
+            row["offered"] = {k: offered.get(k) for k in ("rate", "load", "capacity")}
+        out.append(row | {"engine": engine})
     return out
+
+
+@contextmanager
+def engine_server(device: str = "cpu", no_pin: bool = False) -> Iterator[int]:
+    """An engine server started as ``make lab`` (or ``--no-pin``) starts it, for several
+    ``measure`` passes (each visit asks for its own headline window); yields its port."""
+    proc, port = start_engine(device=device, no_pin=no_pin)
+    try:
+        yield port
+    finally:
+        lab.stop(proc)
 
 
 def measure(
@@ -156,28 +226,29 @@ def measure(
     device: str = "cpu",
     warmup_s: float = 0.0,
     no_pin: bool = False,
+    port: int | None = None,
 ) -> list[dict[str, Any]]:
     """Each scenario's ``[[live]]`` settings, in turn, on one server started as ``make lab``
-    (or ``--no-pin``) starts it (each lesson begins with a ``reset``, as the Lessons page's set-up
-    does)."""
+    (or ``--no-pin``) starts it, or on ``port``'s (``engine_server``); each lesson begins with
+    a ``reset``, as the Lessons page's set-up does."""
+    if port is None:
+        with engine_server(device, no_pin) as port:
+            return measure(scenarios, seconds, device, warmup_s, no_pin, port)
     split = machine_split(no_pin)
-    proc, port = start_engine(device=device, window_s=min(30.0, seconds), no_pin=no_pin)
     out = []
-    try:
-        for scenario in scenarios:
-            rows = asyncio.run(visit(f"ws://127.0.0.1:{port}", scenario, seconds, warmup_s))
-            out.append(
-                {
-                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                    "load": f"{os.getloadavg()[0]:.1f}",
-                    "seconds": seconds,
-                    "engine_cpus": list(split.engine_cpus) if split.pinned else None,
-                    "engine_threads": split.engine_threads,
-                    "rows": rows,
-                }
-            )
-    finally:
-        lab.stop(proc)
+    for scenario in scenarios:
+        rows = asyncio.run(visit(f"ws://127.0.0.1:{port}", scenario, seconds, warmup_s))
+        out.append(
+            {
+                "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "load": f"{os.getloadavg()[0]:.1f}",
+                "seconds": seconds,
+                "rounds": rounds(scenario),
+                "engine_cpus": list(split.engine_cpus) if split.pinned else None,
+                "engine_threads": split.engine_threads,
+                "rows": rows,
+            }
+        )
     return out
 
 
@@ -227,124 +298,3 @@ def check(scenario: dict, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ok = bool(ratios) and all(OPS[c["op"]](r, c["size"]) for r in ratios)  # NaN fails
         out.append({**c, "ratios": ratios, "min": min(ratios), "max": max(ratios), "ok": ok})
     return out
-
-
-def checks_markdown(
-    checks: list[dict[str, Any]], lang: str, names: dict[str, str] | None = None
-) -> str:
-    """One line per claim: its words, then b / a over the runs as min-max, and whether it held;
-    ``names`` gives each setting's name in ``lang``."""
-    names = names or {}
-    lines = []
-    for c in checks:
-        text = c.get("claim_pt" if lang == "pt-BR" else "claim_en") or c["metric"]
-        lo, hi = (_cell(v, 1, 2, "", lang) for v in (c["min"], c["max"]))
-        bound = {">": "≥ ", "<": "≤ ", "~": "within ", "<=": "≤ "}[c["op"]] + _cell(
-            c.get("size"), 1, 2, "x", lang
-        )
-        if lang == "pt-BR":
-            bound = bound.replace("within", "dentro de")
-        runs = len(c["ratios"])
-        b, a = names.get(c["b"], c["b"]), names.get(c["a"], c["a"])
-        if "over_metric" in c:  # two figures of the page's headline, maybe of one setting
-            b, a = f"{b}: {_metric(c['metric'], lang)}", f"{a}: {_metric(c['over_metric'], lang)}"
-        if lang == "pt-BR":
-            held = f"{runs} execuções; limite {bound}; manteve: {'sim' if c['ok'] else 'não'}"
-        else:
-            held = f"{runs} runs; bound {bound}; held: {'yes' if c['ok'] else 'no'}"
-        lines.append(f"- {text}: {b} / {a} = {lo}-{hi}x ({held})")
-    return "\n".join(lines)
-
-
-# -- the teacher's table ---------------------------------------------------------------------------
-MARK_START, MARK_END = "<!-- live -->", "<!-- /live -->"
-COLUMNS = (  # key, scale, decimals, unit
-    ("throughput", 1, 1, ""),
-    ("ttft_p50", 1000, 0, " ms"),
-    ("itl_p50", 1000, 0, " ms"),
-    ("itl_p99", 1000, 0, " ms"),
-    ("slot_utilization", 100, 0, " %"),
-    ("dead_slot_fraction", 100, 0, " %"),
-    ("kv_waste", 100, 0, " %"),
-    ("busy_fraction", 100, 0, " %"),
-)
-WORDS = {
-    "en": {
-        "head": (
-            "setting|useful tokens/s|TTFT p50|ITL p50|ITL p99|"
-            "slot utilization|dead-slot fraction|KV waste|device busy"
-        ).split("|"),
-        "how": "Each row: the page's headline over the {s:.0f} s after switching to that setting, "
-        "in the order of the lesson's steps (so a backlog left by one setting shows in the next). "
-        "Measured by `python -m engine.lesson {n} --live{flag}` on {when}, load average {load}: "
-        "the engine started as {started} ({weights} weights, {threads} torch thread(s){on})."
-        " A loaded machine shows longer times; the counts (slots, waste) move less.",
-        "on": " on core(s) {c}",
-        "pinned": "`make lab` starts it",
-        "free": "`python -m engine.lab --no-pin` starts it, on every core",
-        "none": "not measured yet: `python -m engine.lesson {n} --live --save`",
-    },
-    "pt-BR": {
-        "head": (
-            "ajuste|tokens úteis/s|TTFT p50|ITL p50|ITL p99|"
-            "uso dos slots|slots mortos|desperdício de KV|dispositivo ocupado"
-        ).split("|"),
-        "how": "Cada linha: o topo da página nos {s:.0f} s depois de mudar para aquele ajuste, na "
-        "ordem dos passos da aula (uma fila deixada por um ajuste aparece no seguinte). Medido por "
-        "`python -m engine.lesson {n} --live{flag}` em {when}, carga média {load}: o motor "
-        "iniciado como {started} (pesos {weights}, {threads} thread(s) do torch{on}). Uma "
-        "máquina com carga mostra tempos maiores; as contagens (slots, desperdício) mudam menos.",
-        "on": " no(s) núcleo(s) {c}",
-        "pinned": "`make lab` o inicia",
-        "free": "`python -m engine.lab --no-pin` o inicia, em todos os núcleos",
-        "none": "ainda não medido: `python -m engine.lesson {n} --live --save`",
-    },
-}
-
-
-def _metric(key: str, lang: str) -> str:
-    """A headline metric as the claim names it (English) or as ``lang``'s table head names it."""
-    names = dict(zip((k for k, *_ in COLUMNS), WORDS[lang]["head"][1:], strict=True))
-    return key if lang == "en" else names.get(key, key)
-
-
-def _cell(v: float | None, scale: float, decimals: int, unit: str, lang: str) -> str:
-    if v is None:
-        return "-"
-    text = f"{v * scale:,.{decimals}f}"
-    if lang == "pt-BR":  # 1,234.5 -> 1.234,5
-        text = text.replace(",", "\0").replace(".", ",").replace("\0", ".")
-    return text + unit
-
-
-def live_markdown(live: dict | None, number: int, lang: str) -> str:
-    """The teacher's table of what the Live page showed at each of the lesson's settings."""
-    w = WORDS[lang]
-    if not live:
-        return w["none"].format(n=number)
-    lines = ["| " + " | ".join(w["head"]) + " |", "|" + "---|" * len(w["head"])]
-    for row in live["rows"]:
-        name = row.get(f"name_{lang}") or row["name"]
-        cells = (_cell(row["summary"].get(k), *spec, lang) for k, *spec in COLUMNS)
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    engine = live["rows"][0]["engine"] if live["rows"] else {}
-    cpus = live.get("engine_cpus")
-    load_avg = live["load"].replace(".", ",") if lang == "pt-BR" else live["load"]
-    lines += [
-        "",
-        w["how"].format(
-            s=live["seconds"],
-            n=number,
-            when=live["when"],
-            load=load_avg,
-            weights=engine.get("weights", "?"),
-            threads=live["engine_threads"],
-            on=w["on"].format(c=",".join(map(str, cpus))) if cpus else "",
-            started=w["pinned"] if cpus else w["free"],
-            flag="" if cpus else " --no-pin",
-        ),
-    ]
-    if live.get("checks"):
-        named = {r["name"]: r.get(f"name_{lang}") or r["name"] for r in live["rows"]}
-        lines += ["", checks_markdown(live["checks"], lang, named)]
-    return "\n".join(lines)

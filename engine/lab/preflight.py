@@ -142,21 +142,24 @@ def again(result: dict[str, Any]) -> bool:
 
 def _measure(visited: list[dict], seconds: float, device: str) -> dict[int, dict[str, Any]]:
     """Each claimed lesson's visit by number; those that did not show (or measured nothing), once
-    more over ``LONGER`` times the window, on a server of their own: that visit's verdict stands."""
+    more over ``LONGER`` times the window, on the same server (each visit asks for its own
+    headline window; a second server's start cost ~25 s): that visit's verdict stands."""
     claimed = [s for s in visited if s["live"]]
     number = [int(s["lesson"]["number"]) for s in claimed]
-    runs = dict(zip(number, live_steps.measure(claimed, seconds, device, WARMUP_S), strict=True))
-    retry = [s for s, n in zip(claimed, number, strict=True) if again(verdicts(s, runs[n]))]
-    if retry:
-        print(
-            f"did not show in {seconds:.0f} s windows: lesson(s) "
-            + ", ".join(str(s["lesson"]["number"]) for s in retry)
-            + f"; again over {seconds * LONGER:.0f} s",
-            flush=True,
-        )
-        longer = live_steps.measure(retry, seconds * LONGER, device, WARMUP_S)
-        for s, visit in zip(retry, longer, strict=True):
-            runs[int(s["lesson"]["number"])] = visit
+    with live_steps.engine_server(device) as port:
+        first = live_steps.measure(claimed, seconds, device, WARMUP_S, port=port)
+        runs = dict(zip(number, first, strict=True))
+        retry = [s for s, n in zip(claimed, number, strict=True) if again(verdicts(s, runs[n]))]
+        if retry:
+            print(
+                f"did not show in {seconds:.0f} s windows: lesson(s) "
+                + ", ".join(str(s["lesson"]["number"]) for s in retry)
+                + f"; again over {seconds * LONGER:.0f} s",
+                flush=True,
+            )
+            longer = live_steps.measure(retry, seconds * LONGER, device, WARMUP_S, port=port)
+            for s, visit in zip(retry, longer, strict=True):
+                runs[int(s["lesson"]["number"])] = visit
     return runs
 
 

@@ -105,6 +105,7 @@ class Connection:
     out_bytes: int = 0  # unread bytes in ``out``
     export_pending: bool = False  # an export answer is queued and not written yet
     abusive: bool = False  # said once: over the abuse line
+    metrics_window_s: float | None = None  # its subscribe's window_s; None: Limits'
 
     @property
     def exempt(self) -> bool:

@@ -478,15 +478,15 @@ class Server(ViewerMessages, PresenterMessages):
             if not subscribers:
                 continue
             steps, requests = self.engine.telemetry.snapshot()
-            since = self.engine.now() - self.limits.metrics_window_s
-            summary = summarize_window(steps, requests, since)
-            metrics = dumps(
-                {"type": "metrics", "window_s": self.limits.metrics_window_s, "summary": summary}
-            )
-            for (
-                conn
-            ) in subscribers:  # the state too: queue length and KV use move without any control
-                conn.send_latest("metrics", metrics)
+            now, by_window = self.engine.now(), {}  # one summary per window asked for
+            for conn in subscribers:  # the state too: queue length and KV use move on their own
+                window = conn.metrics_window_s or self.limits.metrics_window_s
+                if window not in by_window:
+                    summary = summarize_window(steps, requests, now - window)
+                    by_window[window] = dumps(
+                        {"type": "metrics", "window_s": window, "summary": summary}
+                    )
+                conn.send_latest("metrics", by_window[window])
                 conn.send_latest("state", dumps(self.state(conn)))
 
     def open_request(

@@ -105,6 +105,10 @@ class ViewerMessages:
                 raise protocol.RateLimited(
                     f"over {rate:g} subscribes with history a second; subscribe again shortly"
                 )
+        if "window_s" in msg:  # the headline's window for this connection alone (engine.lab)
+            if not conn.exempt:  # each window is a summary a second: a student's costs the class
+                raise protocol.Forbidden("window_s is for presenters and this machine's clients")
+            conn.metrics_window_s = protocol.get_float(msg, "window_s", 30.0, 1.0, 600.0)
         steps, requests = self.engine.telemetry.snapshot()
         conn.send(self.state(conn))
         history = {

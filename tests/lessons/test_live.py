@@ -5,10 +5,11 @@ keeps the server's own headline summary; the teacher's table is rendered from th
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
-from engine.lab import live_steps, preflight
+from engine.lab import live_steps, live_tables, preflight
 from engine.lab.scenario import lesson_dir, load
 from tests.servers import start_engine, stop
 
@@ -47,12 +48,56 @@ def test_the_teachers_table(url) -> None:
     assert rows[1]["settings"] == {"traffic": {"load": 0.9}}
     assert rows[1]["offered"]["load"] == 0.9
     doc = {"when": "now", "load": "1.5", "seconds": 2.5, "engine_cpus": [1], "engine_threads": 1}
-    en = live_steps.live_markdown(doc | {"rows": rows}, 7, "en")
-    pt = live_steps.live_markdown(doc | {"rows": rows}, 7, "pt-BR")
+    en = live_tables.live_markdown(doc | {"rows": rows}, 7, "en")
+    pt = live_tables.live_markdown(doc | {"rows": rows}, 7, "pt-BR")
     # the header, the rule, then one row per setting
     assert en.count("\n| ") == 2 and "| 0.9x capacity |" in en and "core(s) 1" in en
     assert "| 0,9x a capacidade |" in pt and "carga média 1,5" in pt
-    assert "not measured yet" in live_steps.live_markdown(None, 7, "en")
+    assert "not measured yet" in live_tables.live_markdown(None, 7, "en")
+
+
+def test_alternating_rounds_visit_a_b_b_a_and_average_their_windows(url) -> None:
+    """``live_rounds = 2``: 2 slots, 8 slots, 8 slots, 2 slots (a watcher reads the server's
+    config change by change), each row the mean of its two windows, said in the table."""
+    from websockets.asyncio.client import connect
+
+    scenario = load(lesson_dir(1) / "scenario.toml")
+    scenario["live"] = [{"name": "2 slots", "max_slots": 2}, {"name": "8 slots", "max_slots": 8}]
+    scenario["live_rounds"] = 2
+    slots: list[int] = []
+
+    async def watch(stop: asyncio.Event) -> None:
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"type": "subscribe", "history": 0}))
+            while not stop.is_set():
+                try:
+                    msg = json.loads(await asyncio.wait_for(ws.recv(), 0.5))
+                except TimeoutError:
+                    continue
+                if msg["type"] == "state" and msg["config"]["max_slots"] not in slots[-1:]:
+                    slots.append(msg["config"]["max_slots"])
+
+    async def main():
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(watch(stop))
+        rows = await live_steps.visit(url, scenario, seconds=4.0)
+        stop.set()
+        await watcher
+        return rows
+
+    rows = asyncio.run(main())
+    assert slots[-3:] == [2, 8, 2], slots
+    assert [r["name"] for r in rows] == ["2 slots", "8 slots"]
+    for r in rows:
+        assert len(r["windows"]) == 2
+        got = [w["slot_utilization"] for w in r["windows"]]
+        assert r["summary"]["slot_utilization"] == pytest.approx(sum(got) / 2)
+    doc = {"when": "now", "load": "1.0", "seconds": 4.0, "rounds": 2, "engine_cpus": None}
+    en = live_tables.live_markdown(doc | {"engine_threads": 2, "rows": rows}, 1, "en")
+    assert "4 windows of 2 s (A B, B A, ...)" in en, en
+    scenario["live"][0] = {"name": "as set up"}  # a switch back could not restore 2 slots
+    with pytest.raises(ValueError, match="same fields"):
+        live_steps.rounds(scenario)
 
 
 def test_a_bad_setting_is_a_coded_error(url) -> None:
@@ -90,7 +135,7 @@ def test_live_claims_hold_only_when_every_run_shows_them() -> None:
     assert not drift["ok"] and preflight.verdict(drift, drift["min"]) == "none"
     assert preflight.verdict(drift, 1.2) == "weak"  # past half the bound's distance, in logs
     assert preflight.verdict(drift, 1.5) == "shows" and preflight.verdict(drift, 0.9) == "none"
-    text = live_steps.checks_markdown(held, "pt-BR")
+    text = live_tables.checks_markdown(held, "pt-BR")
     assert "1,50-1,50x" in text and "manteve: sim" in text and "≥ 1,40x" in text
     assert "3 execuções" in text and "runs" not in text
 
@@ -202,7 +247,7 @@ def test_a_live_claim_may_set_two_figures_of_one_setting() -> None:
     assert held["ok"] and abs(held["min"] - 20.0) < 1e-9
     run["rows"][0]["summary"]["ttft_p50"] = 0.005  # a first token cheaper than the next: fails
     assert not live_steps.check(scenario, [run])[0]["ok"]
-    assert "one: ttft_p50 / one: itl_p50" in live_steps.checks_markdown([held], "en")
+    assert "one: ttft_p50 / one: itl_p50" in live_tables.checks_markdown([held], "en")
 
 
 def test_prose_may_quote_the_stored_live_run() -> None:
