@@ -10,7 +10,9 @@ page's default traffic, opens Chromium (Debian's, through Playwright, on the pag
 - ``live -> lessons``: the nav click until the lesson's text is drawn and the script run ended;
 - ``lesson -> lesson``: another lesson in the picker, until its text is drawn and the run ended;
 - ``lessons -> live``: the nav click until the Live view's first chart is drawn and the run
-  ended; ``... every chart``: until the view has built all its charts (``fluxo.built``).
+  ended; ``... every chart``: until the view has built all its charts (``fluxo.built``);
+- ``step once`` / ``step back``: on Step by step, the engine paused by its Pause button, a click
+  until the new step's heading is drawn and the run ended (once: the engine runs one step first).
 
 "Ended" is Streamlit's own status widget gone (no script running). Medians and the spread (min,
 max) per transition; a number depends on this machine and its load, so it is measured, not
@@ -106,7 +108,41 @@ def measure(page_url: str, reps: int) -> dict[str, list[float]]:
                 if i:
                     out[k].append(v)
             time.sleep(1)
+        out |= _steps(page, reps)
         browser.close()
+    return out
+
+
+def _click_until_new(page, key: str) -> float:
+    """A Step by step button by its key, until the step's heading changes and no script runs."""
+    head = page.locator("[data-testid='stMain'] h3").first
+    before = head.text_content()
+    t0 = time.monotonic()
+    page.locator(f".st-key-{key} button").first.click()
+    page.wait_for_function(
+        "(b) => { const h = document.querySelector(\"[data-testid='stMain'] h3\");"
+        " return h && h.textContent !== b; }",
+        arg=before,
+        timeout=60_000,
+        polling=20,
+    )
+    return _settled(page, "[data-testid='stMain'] h3", t0)
+
+
+def _steps(page, reps: int) -> dict[str, list[float]]:
+    """Step by step with the engine paused by the presenter's button: "Step once" (the engine
+    runs one step, the page draws it) and "Back" (an earlier recorded step)."""
+    out: dict[str, list[float]] = {"step once": [], "step back": []}
+    _settled(page, "[data-testid='stMain'] h3", _nav(page, "Step by step"))
+    page.locator(".st-key-pause button").first.click()
+    page.locator(".st-key-resume button:not([disabled])").first.wait_for(timeout=60_000)
+    _settled(page, "[data-testid='stMain'] h3", time.monotonic())
+    for i in range(reps + 1):  # the first round warms the page's caches: not kept
+        once, back = _click_until_new(page, "step_once"), _click_until_new(page, "back")
+        if i:
+            out["step once"].append(once)
+            out["step back"].append(back)
+        time.sleep(1)
     return out
 
 
