@@ -148,6 +148,9 @@
     showLastStep();
     S.renderChats();
     S.renders++;
+    // the first render that drew any rows, on the epoch clock the page shares (engine/lab/
+    // page_latency.py times a page change from the click, in the browser, to this)
+    if (!S.firstDrawn && changed && S.buffer.length) S.firstDrawn = performance.timeOrigin + performance.now();
     S.changed = changed;
     S.renderMs = performance.now() - t0;
     S.lastRender = performance.now();

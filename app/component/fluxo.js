@@ -36,6 +36,7 @@
     ws: null, status: "starting", client: null, role: null, state: {}, metrics: null, limits: null,
     backoff: 250, reconnectTimer: null, subscribed: false, lastRender: 0, renderMs: 0,
     renders: 0, received: 0, skipped: 0, chats: [], chatSeq: 0, errors: [], frameHeight: 0,
+    firstDrawn: 0,
     all: [],
   };
   S.w = w;
