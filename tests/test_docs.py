@@ -102,3 +102,45 @@ def test_the_architecture_table_names_every_file_and_only_files_that_exist() -> 
     lessons = re.compile(r"lessons/<[^/]+>-<[^/]+>/")
     ghosts = [n for n in named if not lessons.fullmatch(n) and not any(match(f, n) for f in tree)]
     assert not ghosts, f"rows naming no file: {ghosts}"
+
+
+def test_the_file_tables_are_the_files_own_first_paragraphs() -> None:
+    """docs/architecture.md's per-file rows are what ``python -m engine.lab.file_table`` writes
+    from each file's docstring or leading comment (issue 39, item 8): a row cannot drift from its
+    file, and a file that says nothing of itself fails here."""
+    from engine.lab import file_table
+
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert file_table.region(doc) == file_table.render(), (
+        "docs/architecture.md's file tables differ from the files: "
+        "run `python -m engine.lab.file_table --write`"
+    )
+    silent = [
+        p.relative_to(ROOT).as_posix()
+        for _, globs in file_table.SECTIONS
+        for p in file_table.files(globs)
+        if p.name != "__init__.py" and len(file_table.first_paragraph(p)) < 20
+    ]
+    assert not silent, f"files whose first paragraph does not say what they are: {silent}"
+
+
+def test_the_file_table_reads_each_kind_of_file(tmp_path) -> None:
+    from engine.lab.file_table import first_paragraph
+
+    files = {
+        "a.py": '"""A module.\n\nMore."""\n',
+        "b.js": "/* A script,\n * on two lines.\n *\n * More. */\n",
+        "c.cpp": "// A kernel | a bar.\n// Its second line.\n\nint x;\n",
+        "d.html": "<!doctype html>\n<!-- A page. -->\n<!-- Not this. -->\n",
+        "e.py": "x = 1\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    said = {name: first_paragraph(tmp_path / name) for name in files}
+    assert said == {
+        "a.py": "A module.",
+        "b.js": "A script, on two lines.",
+        "c.cpp": "A kernel \\| a bar. Its second line.",
+        "d.html": "A page.",
+        "e.py": "",
+    }
