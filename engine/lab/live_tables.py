@@ -54,9 +54,12 @@ WORDS = {
             "setting|useful tokens/s|TTFT p50|ITL p50|ITL p99|"
             "slot utilization|dead-slot fraction|KV waste|device busy"
         ).split("|"),
-        "how": "Each row: the page's headline over the {s:.0f} s after switching to that setting, "
-        "in the order of the lesson's steps (so a backlog left by one setting shows in the next). "
-        "Measured by `python -m engine.lesson {n} --live{flag}` on {when}, load average {load}: "
+        "row": "Each row: the page's headline over the {s:.0f} s after switching to that setting, "
+        "in the order of the lesson's steps (so a backlog left by one setting shows in the next). ",
+        "row_alt": "Each row: the page's headline over {s:.0f} s of that setting, in windows that "
+        "alternated with the other settings' (below). ",
+        "how": "Measured by `python -m engine.lesson {n} --live{flag}` on {when}, load average "
+        "{load}: "
         "the engine started as {started} ({weights} weights, {threads} torch thread(s){on})."
         " A loaded machine shows longer times; the counts (slots, waste) move less.",
         "alt": " The settings alternated, as a neighbour's pressure drifts: {r} windows of"
@@ -72,8 +75,11 @@ WORDS = {
             "ajuste|tokens úteis/s|TTFT p50|ITL p50|ITL p99|"
             "uso dos slots|slots mortos|desperdício de KV|dispositivo ocupado"
         ).split("|"),
-        "how": "Cada linha: o topo da página nos {s:.0f} s depois de mudar para aquele ajuste, na "
-        "ordem dos passos da aula (uma fila deixada por um ajuste aparece no seguinte). Medido por "
+        "row": "Cada linha: o topo da página nos {s:.0f} s depois de mudar para aquele ajuste, na "
+        "ordem dos passos da aula (uma fila deixada por um ajuste aparece no seguinte). ",
+        "row_alt": "Cada linha: o topo da página em {s:.0f} s daquele ajuste, em janelas "
+        "alternadas com as dos outros ajustes (abaixo). ",
+        "how": "Medido por "
         "`python -m engine.lesson {n} --live{flag}` em {when}, carga média {load}: o motor "
         "iniciado como {started} (pesos {weights}, {threads} thread(s) do torch{on}). Uma "
         "máquina com carga mostra tempos maiores; as contagens (slots, desperdício) mudam menos.",
@@ -126,7 +132,8 @@ def live_markdown(live: dict | None, number: int, lang: str) -> str:
     load_avg = live["load"].replace(".", ",") if lang == "pt-BR" else live["load"]
     lines += [
         "",
-        w["how"].format(
+        w["row_alt" if live.get("rounds", 1) > 1 else "row"].format(s=live["seconds"])
+        + w["how"].format(
             s=live["seconds"],
             n=number,
             when=live["when"],
