@@ -42,8 +42,9 @@ def _comment(text: str, suffix: str) -> str:
     if suffix == ".html":
         m = re.search(r"<!--(.*?)-->", text, re.S)
         return m.group(1) if m else ""
-    if text.lstrip().startswith("/*"):
-        body = text.lstrip()[2 : text.lstrip().index("*/")]
+    text = text.lstrip()
+    if text.startswith("/*"):
+        body = text[2 : text.index("*/")]
         return "\n".join(re.sub(r"^\s*\* ?", "", line) for line in body.splitlines())
     lines = []
     for line in text.splitlines():

@@ -182,13 +182,10 @@ async def visit(
             control, traffic = await _apply(ws, s, traffic)
             summary, offered = await _window(ws, window + (SETTLE_S if n > 1 else 0.0))
             seen.setdefault(s["name"], []).append((summary or {}, offered))
-            rows.setdefault(
-                s["name"], {"name": s["name"], "name_pt-BR": s.get("name_pt", s["name"])}
-            )
-            rows[s["name"]]["settings"] = {
-                **control,
-                **({"traffic": s["traffic"]} if s.get("traffic") else {}),
-            }
+            if s["name"] not in rows:  # a setting's row, at its first window
+                settled = {**control, **({"traffic": s["traffic"]} if s.get("traffic") else {})}
+                name = {"name": s["name"], "name_pt-BR": s.get("name_pt", s["name"])}
+                rows[s["name"]] = name | {"settings": settled}
         await _send(ws, "traffic", action="stop")
     return _fold(rows, seen, engine, n)
 

@@ -59,9 +59,9 @@ WORDS = {
         "row_alt": "Each row: the page's headline over {s:.0f} s of that setting, in windows that "
         "alternated with the other settings' (below). ",
         "how": "Measured by `python -m engine.lesson {n} --live{flag}` on {when}, load average "
-        "{load}: "
-        "the engine started as {started} ({weights} weights, {threads} torch thread(s){on})."
-        " A loaded machine shows longer times; the counts (slots, waste) move less.",
+        "{load}: the engine started as {started} ({weights} weights, {threads} torch"
+        " thread(s){on}). A loaded machine shows longer times; the counts (slots, waste) move"
+        " less.",
         "alt": " The settings alternated, as a neighbour's pressure drifts: {r} windows of"
         " {w:.0f} s (A B, B A, ...) after one as long to warm up, each read {settle} s after its"
         " switch; a row is the mean of its windows.",
@@ -79,10 +79,10 @@ WORDS = {
         "ordem dos passos da aula (uma fila deixada por um ajuste aparece no seguinte). ",
         "row_alt": "Cada linha: o topo da página em {s:.0f} s daquele ajuste, em janelas "
         "alternadas com as dos outros ajustes (abaixo). ",
-        "how": "Medido por "
-        "`python -m engine.lesson {n} --live{flag}` em {when}, carga média {load}: o motor "
-        "iniciado como {started} (pesos {weights}, {threads} thread(s) do torch{on}). Uma "
-        "máquina com carga mostra tempos maiores; as contagens (slots, desperdício) mudam menos.",
+        "how": "Medido por `python -m engine.lesson {n} --live{flag}` em {when}, carga média "
+        "{load}: o motor iniciado como {started} (pesos {weights}, {threads} thread(s) do "
+        "torch{on}). Uma máquina com carga mostra tempos maiores; as contagens (slots, "
+        "desperdício) mudam menos.",
         "alt": " Os ajustes se alternaram, porque a pressão de um vizinho varia: {r} janelas de"
         " {w:.0f} s (A B, B A, ...) depois de uma igual de aquecimento, cada uma lida {settle} s"
         " depois da troca; uma linha é a média das suas janelas.",
@@ -134,7 +134,6 @@ def live_markdown(live: dict | None, number: int, lang: str) -> str:
         "",
         w["row_alt" if live.get("rounds", 1) > 1 else "row"].format(s=live["seconds"])
         + w["how"].format(
-            s=live["seconds"],
             n=number,
             when=live["when"],
             load=load_avg,
